@@ -1,0 +1,253 @@
+"""The tf.data input pipeline: records -> decoded, augmented images + tokenized captions + batch relevance.
+
+Training batches are `(x, y)` with
+    x = {"image": float32 [B, H, W, 3] in [0, 1] (or features [B, F]), "tokens": int32 [B, T]}
+    y = {"image_index": int32 [B], "caption_index": int32 [B], and, with a relevance source,
+         "relevance": float32 [B, b]}
+where `relevance[p, q]` is the relevance of caption q to image p. Under a distribution strategy with R
+replicas each replica trains on b = B / R rows and sees only its own negatives, so the pipeline builds
+the R diagonal [b, b] blocks (rows of replica r against the captions of replica r) and stacks them
+to [B, b]; Keras splits the batch along its first axis and every replica receives exactly its block.
+On one device, b = B.
+
+Augmentation uses TF Model Garden's vision ops (`official.vision.ops.preprocess_ops`): a random crop
+covering 80-100% of the area, resized back, and an optional horizontal flip (off for the synthetic
+world, whose captions say "left" and "right"). Evaluation crops the centre deterministically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from official.vision.ops import preprocess_ops
+
+from kitm.data import schema
+from kitm.data.errors import KitmDataError
+from kitm.data.records import parse_record, read_records
+
+CAPTION_MODES = ("sample", "all")
+RELEVANCE_SOURCES = ("none", "truth")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """How records become batches.
+
+    Attributes:
+        batch_size: global batch size B (split across replicas).
+        image_size: side of the square images fed to the model.
+        captions: "sample" draws one caption per image per epoch; "all" makes every caption its own sample.
+        relevance: "truth" (synthetic world) or "none".
+        crop_area: area range of the training random crop.
+        flip: random horizontal flips in training.
+        eval_crop_fraction: side of the evaluation centre crop relative to the shorter side (0.875 = 224/256).
+        num_replicas: replicas the batch is split over (relevance blocks per replica).
+        shuffle_buffer: records held for shuffling in training.
+        deterministic: keep element order under parallelism (reproducible runs).
+        seed: seed for file and record shuffling and caption sampling.
+        cache: keep decoded records in memory after the first epoch (small datasets).
+    """
+
+    batch_size: int = 128
+    image_size: int = 64
+    captions: str = "sample"
+    relevance: str = "none"
+    crop_area: tuple[float, float] = (0.8, 1.0)
+    flip: bool = True
+    eval_crop_fraction: float = 0.875
+    num_replicas: int = 1
+    shuffle_buffer: int = 4096
+    deterministic: bool = True
+    seed: int | None = 0
+    cache: bool = False
+
+    def __post_init__(self):
+        if self.captions not in CAPTION_MODES:
+            raise ValueError(f"captions must be one of {CAPTION_MODES}; got {self.captions!r}.")
+        if self.relevance not in RELEVANCE_SOURCES:
+            raise ValueError(f"relevance must be one of {RELEVANCE_SOURCES}; got {self.relevance!r}.")
+        if self.batch_size < 1 or self.batch_size % self.num_replicas:
+            raise ValueError(f"batch_size {self.batch_size} must be positive and divisible by the "
+                             f"{self.num_replicas} replicas.")
+        if not 0 < self.crop_area[0] <= self.crop_area[1] <= 1:
+            raise ValueError(f"crop_area must satisfy 0 < low <= high <= 1; got {self.crop_area}.")
+        if not 0 < self.eval_crop_fraction <= 1:
+            raise ValueError(f"eval_crop_fraction must be in (0, 1]; got {self.eval_crop_fraction}.")
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """PNG/JPEG bytes -> float32 [H, W, 3] in [0, 1]."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return tf.image.convert_image_dtype(image, tf.float32)
+
+
+def train_image(image: tf.Tensor, config: PipelineConfig) -> tf.Tensor:
+    """Random crop (area in `crop_area`, aspect 3/4..4/3), resize, optional horizontal flip."""
+    if config.crop_area != (1.0, 1.0):
+        image = preprocess_ops.random_crop_image(image, area_range=config.crop_area, seed=None)
+    image = tf.image.resize(image, [config.image_size, config.image_size], antialias=True)
+    if config.flip:
+        image, _, _ = preprocess_ops.random_horizontal_flip(image, seed=None)
+    return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [config.image_size, config.image_size, 3])
+
+
+def eval_image(image: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Tensor:
+    """Deterministic centre crop (fraction of the shorter side) and resize."""
+    if crop_fraction < 1.0:
+        image = preprocess_ops.center_crop_image(image, center_crop_fraction=crop_fraction)
+    image = tf.image.resize(image, [image_size, image_size], antialias=True)
+    return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [image_size, image_size, 3])
+
+
+def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
+    """The model's image input from a parsed record: pixels, a feature vector, or mean-pooled regions."""
+    if info.image_mode == "encoded":
+        return decode_image(parsed["image/encoded"])
+    if info.image_mode == "feature":
+        return parsed["image/feature"]
+    regions = tf.reshape(parsed["image/regions"], tf.cast(parsed["image/regions_shape"], tf.int32))
+    return tf.reduce_mean(regions, axis=0)
+
+
+def caption_facts(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
+    """The synthetic world's per-caption facts [C, width] from a record."""
+    return tf.reshape(parsed[schema.TRUTH_CAPTION_FACTS], [info.captions_per_image, -1])
+
+
+def block_diagonal_relevance(relevance_fn, images_side, captions_side, num_replicas: int) -> tf.Tensor:
+    """Relevance of each replica's captions to that replica's images: [B, B/R] stacked diagonal blocks."""
+    full = relevance_fn(images_side, captions_side)  # [B, B]
+    if num_replicas == 1:
+        return full
+    b = tf.shape(full)[0] // num_replicas
+    blocks = tf.reshape(full, [num_replicas, b, num_replicas, b])
+    blocks = tf.gather_nd(tf.transpose(blocks, [0, 2, 1, 3]), tf.stack([tf.range(num_replicas)] * 2, axis=1))
+    return tf.reshape(blocks, [num_replicas * b, b])
+
+
+def _check_relevance_available(info: schema.DatasetInfo, config: PipelineConfig, root) -> None:
+    if config.relevance == "truth" and "truth" not in info.relevance:
+        raise KitmDataError(
+            f"relevance='truth' needs the synthetic world's facts, but the dataset at {root} has relevance "
+            f"slots {sorted(info.relevance) or 'none'}; use relevance='none' or a synthetic dataset.")
+
+
+def _records(root, split: str, config: PipelineConfig, training: bool):
+    info = schema.load_info(root)
+    _check_relevance_available(info, config, root)
+    spec = schema.feature_spec(info)
+    paths = info.shard_paths(root, split)
+    records = read_records(paths, shuffle_files=training, deterministic=config.deterministic, seed=config.seed)
+    records = records.map(lambda path, record: parse_record(path, record, spec), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=config.deterministic)
+    return info, records
+
+
+def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig) -> tf.data.Dataset:
+    """Shuffled, augmented, batched (x, y) pairs for `model.fit`; one pass over the split per epoch."""
+    info, records = _records(root, split, config, training=True)
+    num_images = info.num_images(split)
+    samples = num_images * (info.captions_per_image if config.captions == "all" else 1)
+    if config.batch_size > samples:
+        raise KitmDataError(
+            f"batch_size {config.batch_size} is larger than the {samples} training samples of split '{split}' "
+            f"in {root}; lower --batch_size.")
+    use_truth = config.relevance == "truth"
+
+    def to_samples(parsed):
+        image = image_input(parsed, info)
+        sample = {"image": image, "image_index": tf.cast(parsed["image/id"], tf.int32)}
+        facts = caption_facts(parsed, info) if use_truth else None
+        if use_truth:
+            sample["scene_facts"] = parsed[schema.TRUTH_SCENE_FACTS]
+        if config.captions == "all":
+            per_caption = {"caption": parsed["captions"], "caption_index": tf.cast(parsed["caption/ids"], tf.int32)}
+            if use_truth:
+                per_caption["caption_facts"] = facts
+            repeated = {key: tf.repeat(value[None], info.captions_per_image, axis=0) for key, value in sample.items()}
+            return tf.data.Dataset.from_tensor_slices({**repeated, **per_caption})
+        k = tf.random.uniform([], 0, info.captions_per_image, dtype=tf.int32)
+        sample.update(caption=parsed["captions"][k], caption_index=tf.cast(parsed["caption/ids"][k], tf.int32))
+        if use_truth:
+            sample["caption_facts"] = facts[k]
+        return tf.data.Dataset.from_tensors(sample)
+
+    if config.cache:
+        records = records.cache()
+    dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed, reshuffle_each_iteration=True)
+    dataset = dataset.flat_map(to_samples)
+    if config.captions == "all":
+        dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed, reshuffle_each_iteration=True)
+
+    def augment(sample):
+        if info.image_mode == "encoded":
+            sample["image"] = train_image(sample["image"], config)
+        return sample
+
+    dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+    dataset = dataset.batch(config.batch_size, drop_remainder=True)
+    return dataset.map(_to_model_inputs(tokenizer, config, info), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
+
+
+def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo):
+    def convert(batch):
+        x = {"image": batch["image"], "tokens": tokenizer(batch["caption"])}
+        y = {"image_index": batch["image_index"], "caption_index": batch["caption_index"]}
+        if config.relevance == "truth":
+            import functools
+
+            from kitm.data.synthetic import truth_relevance_tf
+
+            # Relations are judged in the stored scene's pixel coordinates, so the world's own image size.
+            relevance_fn = functools.partial(truth_relevance_tf, image_size=info.image_size)
+            scene = tf.reshape(batch["scene_facts"], [tf.shape(batch["scene_facts"])[0], -1, 7])
+            y["relevance"] = block_diagonal_relevance(relevance_fn, scene, batch["caption_facts"],
+                                                      config.num_replicas)
+        return x, y
+
+    return convert
+
+
+def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig,
+                       limit: int | None = None) -> tf.data.Dataset:
+    """Every image of a split once, in record order, with all its captions: for retrieval evaluation.
+
+    Elements: {"image": [B, ...], "tokens": int32 [B, C, T], "captions": string [B, C], "image_index": [B],
+    "caption_index": [B, C]}. Images are centre-cropped, never augmented; the last batch may be short.
+    """
+    info, records = _records(root, split, dataclasses.replace(config, deterministic=True), training=False)
+    if limit is not None:
+        records = records.take(limit)
+
+    def prepare(parsed):
+        image = image_input(parsed, info)
+        if info.image_mode == "encoded":
+            image = eval_image(image, config.image_size, config.eval_crop_fraction)
+        return {"image": image, "captions": parsed["captions"], "image_index": tf.cast(parsed["image/id"], tf.int32),
+                "caption_index": tf.cast(parsed["caption/ids"], tf.int32)}
+
+    def tokenize(batch):
+        captions = batch["captions"]
+        shape = tf.shape(captions)
+        tokens = tokenizer(tf.reshape(captions, [-1]))
+        batch["tokens"] = tf.reshape(tokens, [shape[0], shape[1], -1])
+        return batch
+
+    dataset = records.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.batch(config.batch_size).map(tokenize).prefetch(tf.data.AUTOTUNE)
+
+
+def training_captions(root: str | os.PathLike, split: str = "train") -> list[str]:
+    """All captions of a split, for building the vocabulary."""
+    info = schema.load_info(root)
+    spec = {"captions": tf.io.FixedLenFeature([info.captions_per_image], tf.string)}
+    dataset = read_records(info.shard_paths(root, split)).map(
+        lambda path, record: tf.io.parse_single_example(record, spec)["captions"],
+        num_parallel_calls=tf.data.AUTOTUNE)
+    captions: list[str] = []
+    for batch in dataset.batch(4096):
+        captions.extend(c.decode("utf-8") for c in batch.numpy().ravel())
+    return captions

@@ -1,0 +1,142 @@
+"""The kitm TFRecord schema: one `tf.train.Example` per image (documented in tfrecords/README.md).
+
+Version 1 features of every record:
+
+| key                     | type          | content                                                      |
+|-------------------------|---------------|--------------------------------------------------------------|
+| schema_version          | int64 [1]     | SCHEMA_VERSION                                               |
+| image/id                | int64 [1]     | the image's index in the dataset (0..N-1, unique)            |
+| image/key               | bytes [1]     | the source's name for the image (file name, COCO id ...)     |
+| split                   | bytes [1]     | train / val / test (restval folds into train at build time)  |
+| image/encoded           | bytes [0|1]   | PNG or JPEG bytes (image datasets)                           |
+| image/feature           | float [F]     | a precomputed image feature vector (feature datasets)        |
+| image/regions           | float [R*F]   | precomputed region features, row-major (region datasets)     |
+| image/regions_shape     | int64 [0|2]   | (R, F) of image/regions                                      |
+| captions                | bytes [C]     | the image's captions, UTF-8                                  |
+| caption/ids             | int64 [C]     | a dataset-wide id per caption (image/id * C + k for aligned) |
+| relevance/<name>/...    | any           | named relevance slots (see RELEVANCE_SLOTS)                  |
+
+A dataset is a folder of shards plus `dataset.json` (`DatasetInfo`), written last, so a folder without it is
+an unfinished build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+import tensorflow as tf
+
+from kitm.data.errors import KitmDataError
+
+SCHEMA_VERSION = 1
+INFO_FILE = "dataset.json"
+SPLITS = ("train", "val", "test")
+IMAGE_MODES = ("encoded", "feature", "regions")
+
+# Relevance slots: name -> (key suffix -> (dtype, values per caption or per image)).
+# "truth": the synthetic world's facts (exact relevance); later issues add cider, sbert and neighbours.
+TRUTH_SCENE_FACTS = "relevance/truth/scene_facts"      # int64 [MAX_OBJECTS * 7]
+TRUTH_CAPTION_FACTS = "relevance/truth/caption_facts"  # int64 [C * CAPTION_FACT_WIDTH]
+
+
+@dataclasses.dataclass
+class DatasetInfo:
+    """What `dataset.json` records about a built dataset."""
+
+    name: str
+    captions_per_image: int
+    image_mode: str
+    splits: dict[str, dict[str, Any]]  # split -> {"num_images": int, "shards": [file names], "bytes": [sizes]}
+    image_size: int | None = None       # the stored images' side for synthetic data (informational)
+    feature_dim: int | None = None      # F for feature / region datasets
+    relevance: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # slot name -> its metadata
+    source: dict[str, Any] = dataclasses.field(default_factory=dict)  # how it was built (command, seed, files)
+    schema_version: int = SCHEMA_VERSION
+
+    def shard_paths(self, root: str | os.PathLike, split: str) -> list[str]:
+        if split not in self.splits:
+            raise KitmDataError(
+                f"Dataset '{self.name}' at {root} has no split '{split}'; it has {sorted(self.splits)}.")
+        return [str(pathlib.Path(root) / name) for name in self.splits[split]["shards"]]
+
+    def num_images(self, split: str) -> int:
+        return int(self.splits[split]["num_images"])
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write to `<path>.tmp` and rename, so a reader never sees half a file."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_info(root: str | os.PathLike, info: DatasetInfo) -> None:
+    write_text_atomically(pathlib.Path(root) / INFO_FILE, info.to_json())
+
+
+def load_info(root: str | os.PathLike) -> DatasetInfo:
+    """Read and check `dataset.json`: present, parseable, this schema version, shards present and whole."""
+    root = pathlib.Path(root)
+    path = root / INFO_FILE
+    if not path.is_file():
+        raise KitmDataError(f"No dataset at {root}: {path} is missing (an unfinished or absent build).")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise KitmDataError(f"{path} is not valid JSON ({error}); rebuild the dataset.") from error
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise KitmDataError(
+            f"{path} has schema version {version}; this kitm reads version {SCHEMA_VERSION}. "
+            "Rebuild the dataset with this kitm's `python -m kitm.data.build`.")
+    known = {field.name for field in dataclasses.fields(DatasetInfo)}
+    unknown = set(raw) - known
+    if unknown:
+        raise KitmDataError(f"{path} has unknown fields {sorted(unknown)}.")
+    try:
+        info = DatasetInfo(**raw)
+    except TypeError as error:
+        raise KitmDataError(f"{path} is missing fields: {error}") from error
+    for split, entry in info.splits.items():
+        for name, size in zip(entry["shards"], entry["bytes"]):
+            shard = root / name
+            if not shard.is_file():
+                raise KitmDataError(f"Shard {shard} of split '{split}' listed in {path} is missing.")
+            if shard.stat().st_size != size:
+                raise KitmDataError(
+                    f"Shard {shard} has {shard.stat().st_size} bytes but {path} records {size}: "
+                    "the file is truncated or was replaced; rebuild the dataset.")
+    return info
+
+
+def feature_spec(info: DatasetInfo) -> dict[str, Any]:
+    """The parsing spec for records of this dataset."""
+    spec: dict[str, Any] = {
+        "schema_version": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        "image/id": tf.io.FixedLenFeature([], tf.int64),
+        "image/key": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "split": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "captions": tf.io.FixedLenFeature([info.captions_per_image], tf.string),
+        "caption/ids": tf.io.FixedLenFeature([info.captions_per_image], tf.int64),
+    }
+    if info.image_mode == "encoded":
+        spec["image/encoded"] = tf.io.FixedLenFeature([], tf.string)
+    elif info.image_mode == "feature":
+        spec["image/feature"] = tf.io.FixedLenFeature([info.feature_dim], tf.float32)
+    elif info.image_mode == "regions":
+        spec["image/regions"] = tf.io.VarLenFeature(tf.float32)
+        spec["image/regions_shape"] = tf.io.FixedLenFeature([2], tf.int64)
+    else:
+        raise KitmDataError(f"Unknown image_mode {info.image_mode!r}; expected one of {IMAGE_MODES}.")
+    for slot, meta in info.relevance.items():
+        for key, (dtype, length) in meta["features"].items():
+            spec[key] = tf.io.FixedLenFeature([int(length)], tf.as_dtype(dtype))
+    return spec

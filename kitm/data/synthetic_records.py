@@ -1,0 +1,71 @@
+"""Write the synthetic world as kitm TFRecords (the `synthetic` dataset of `python -m kitm.data.build`)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+
+import numpy as np
+from PIL import Image
+from tqdm.auto import tqdm
+
+from kitm.data import schema
+from kitm.data.records import make_example, write_shards
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int = 0, image_size: int = 64,
+                    captions_per_image: int = 5, num_shards: int = 4, progress: bool = True) -> schema.DatasetInfo:
+    """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
+
+    Shards that already exist are kept, so a killed build resumes; the world is regenerated from the seed,
+    which is deterministic, so the remaining shards match the ones kept.
+    """
+    from kitm.data import synthetic  # the generator is only needed when building
+
+    out = pathlib.Path(out)
+    world = synthetic.generate_world(num_scenes, seed=seed, image_size=image_size,
+                                     captions_per_image=captions_per_image, progress=progress)
+    relevance_meta = {
+        "truth": {
+            "features": {
+                schema.TRUTH_SCENE_FACTS: ["int64", synthetic.MAX_OBJECTS * len(synthetic.SCENE_FACT_FIELDS)],
+                schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * synthetic.CAPTION_FACT_WIDTH],
+            },
+            "definition": "kitm.data.synthetic.truth_relevance (exact relevance of a caption to an image)",
+        }
+    }
+    splits = {}
+    bar = tqdm(total=num_scenes, desc=f"writing {out}", unit="image", disable=not progress)
+    for split in schema.SPLITS:
+        members = np.flatnonzero(world.splits == split)
+        if members.size == 0:
+            continue
+
+        def records(index_range, members=members, split=split):
+            for position in index_range:
+                i = int(members[position])
+                yield make_example(
+                    image_id=i, image_key=f"scene_{i:06d}", split=split, captions=world.captions[i],
+                    caption_ids=[i * captions_per_image + k for k in range(captions_per_image)],
+                    image_encoded=encode_png(world.images[i]),
+                    extra={schema.TRUTH_SCENE_FACTS: world.scene_facts[i],
+                           schema.TRUTH_CAPTION_FACTS: world.caption_facts[i]})
+
+        shards = num_shards if split == "train" else max(1, num_shards // 4)
+        names, sizes = write_shards(out, split, int(members.size), shards, records, progress=bar.update)
+        splits[split] = {"num_images": int(members.size), "shards": names, "bytes": sizes}
+    bar.close()
+    info = schema.DatasetInfo(
+        name="synthetic", captions_per_image=captions_per_image, image_mode="encoded", splits=splits,
+        image_size=image_size, relevance=relevance_meta,
+        source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
+                "image_size": image_size})
+    schema.save_info(out, info)
+    return info

@@ -1,0 +1,115 @@
+"""Image encoders: a small CNN for the synthetic world, ImageNet ResNets for photos, an MLP for features.
+
+Every encoder takes float32 images in [0, 1] (the input pipeline's output; [B, H, W, 3]) or feature vectors
+[B, F], and returns a [B, width] feature; the DualEncoder projects it into the joint space.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+IMAGE_ENCODERS = ("small_cnn", "resnet50", "resnet152", "features_mlp")
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class SmallConvEncoder(keras.layers.Layer):
+    """Four conv blocks (conv-BN-ReLU twice, the second with stride 2), then a dense layer over the grid.
+
+    Sized for the 64x64 synthetic scenes, which leave a 4x4 grid of 128 channels. Captions state positions
+    ("top left", "left of"), so the grid is flattened and read by a dense layer rather than averaged away.
+    """
+
+    def __init__(self, filters=(32, 64, 128, 128), width: int = 256, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = tuple(int(f) for f in filters)
+        self.width = int(width)
+        self.blocks = []
+        for index, count in enumerate(self.filters):
+            self.blocks += [
+                layers.Conv2D(count, 3, strides=1, padding="same", use_bias=False, name=f"conv{index}a"),
+                layers.BatchNormalization(name=f"bn{index}a"),
+                layers.ReLU(),
+                layers.Conv2D(count, 3, strides=2, padding="same", use_bias=False, name=f"conv{index}b"),
+                layers.BatchNormalization(name=f"bn{index}b"),
+                layers.ReLU(),
+            ]
+        self.flatten = layers.Flatten()
+        self.head = layers.Dense(self.width, activation="relu", name="grid_head")
+
+    def call(self, images, training=False):
+        x = images
+        for layer in self.blocks:
+            x = layer(x, training=training) if isinstance(layer, layers.BatchNormalization) else layer(x)
+        return self.head(self.flatten(x))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(filters=self.filters, width=self.width)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class ResNetEncoder(keras.layers.Layer):
+    """keras.applications ResNet50 / ResNet152 with global average pooling (VSE++'s image encoder).
+
+    `weights="imagenet"` loads the ImageNet weights (Keras downloads them once into ~/.keras/models, or
+    finds them there); `weights=None` starts from scratch (tests, offline machines); a path loads a file.
+    """
+
+    def __init__(self, depth: int = 152, image_size: int = 224, weights: str | None = "imagenet",
+                 trainable_backbone: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if depth not in (50, 152):
+            raise ValueError(f"ResNet depth must be 50 or 152; got {depth}.")
+        self.depth, self.image_size, self.weights_source = depth, int(image_size), weights
+        self.trainable_backbone = bool(trainable_backbone)
+        builder = keras.applications.ResNet50 if depth == 50 else keras.applications.ResNet152
+        self.backbone = builder(include_top=False, weights=weights, pooling="avg",
+                                input_shape=(self.image_size, self.image_size, 3))
+        self.backbone.trainable = self.trainable_backbone
+
+    def call(self, images, training=False):
+        # The ResNets expect caffe-style input (BGR, mean-subtracted, 0-255).
+        x = keras.applications.resnet.preprocess_input(images * 255.0)
+        return self.backbone(x, training=training and self.trainable_backbone)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(depth=self.depth, image_size=self.image_size, weights=None,
+                      trainable_backbone=self.trainable_backbone)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class FeatureMLP(keras.layers.Layer):
+    """For precomputed image features (VSE/SCAN style): a two-layer MLP with a residual linear path."""
+
+    def __init__(self, width: int = 1024, dropout: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.width, self.dropout_rate = int(width), float(dropout)
+        self.linear = layers.Dense(self.width, name="linear")
+        self.hidden = layers.Dense(self.width, activation="relu", name="hidden")
+        self.out = layers.Dense(self.width, name="out")
+        self.dropout = layers.Dropout(self.dropout_rate)
+
+    def call(self, features, training=False):
+        return self.linear(features) + self.out(self.dropout(self.hidden(features), training=training))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(width=self.width, dropout=self.dropout_rate)
+        return config
+
+
+def build_image_encoder(name: str, *, image_size: int = 64, weights: str | None = None,
+                        trainable_backbone: bool = False) -> keras.layers.Layer:
+    """Encoder by name: one of IMAGE_ENCODERS."""
+    if name == "small_cnn":
+        return SmallConvEncoder(name="image_backbone")
+    if name in ("resnet50", "resnet152"):
+        return ResNetEncoder(depth=int(name[6:]), image_size=image_size, weights=weights,
+                             trainable_backbone=trainable_backbone, name="image_backbone")
+    if name == "features_mlp":
+        return FeatureMLP(name="image_backbone")
+    raise ValueError(f"Unknown image encoder {name!r}; choose one of {IMAGE_ENCODERS}.")

@@ -1,0 +1,31 @@
+"""Text encoder: word embeddings and a bidirectional GRU, as in VSE++ and the four papers."""
+
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class GRUTextEncoder(keras.layers.Layer):
+    """Token ids [B, T] (0 = padding) -> [B, 2 * units]: the concatenated final states of a bidirectional GRU.
+
+    The padding mask makes the final state that of each caption's last real word; a caption with no word
+    (all padding) gives zeros.
+    """
+
+    def __init__(self, vocabulary_size: int, word_dim: int = 300, units: int = 512, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size, self.word_dim, self.units = int(vocabulary_size), int(word_dim), int(units)
+        self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
+        self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")
+
+    def call(self, token_ids, training=False):
+        embedded = self.embedding(token_ids)
+        mask = self.embedding.compute_mask(token_ids)
+        return self.gru(embedded, mask=mask, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocabulary_size=self.vocabulary_size, word_dim=self.word_dim, units=self.units)
+        return config

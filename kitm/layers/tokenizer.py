@@ -1,0 +1,104 @@
+"""Caption tokenisation inside the TensorFlow graph (tensorflow-text), with the vocabulary saved with the model.
+
+`CaptionTokenizer` case-folds UTF-8 (`tensorflow_text.case_fold_utf8`), splits on Unicode script boundaries
+(`tensorflow_text.UnicodeScriptTokenizer`, so "dog." gives "dog" and "."), drops punctuation-only tokens and
+maps words to ids with a `keras.layers.StringLookup` whose vocabulary comes from the training captions.
+Id 0 is padding (the mask), id 1 unknown words. The same layer runs in the tf.data pipeline and in the exported
+SavedModel, so serving sees exactly the training tokenisation.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Iterable
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+PAD_TOKEN = ""
+UNKNOWN_TOKEN = "[UNK]"
+# Tokens made only of punctuation or symbols carry no content for matching (as the PTB tokenizer's removal).
+_PUNCTUATION = r"[\p{P}\p{S}]+"
+
+
+def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
+    """Normalised words of each caption: [N] strings -> ragged [N, (words)]."""
+    texts = tf_text.case_fold_utf8(tf.convert_to_tensor(texts, tf.string))
+    tokens = tf_text.UnicodeScriptTokenizer().tokenize(texts)
+    keep = tf.logical_not(tf.strings.regex_full_match(tokens.flat_values, _PUNCTUATION))
+    keep = tf.logical_and(keep, tf.not_equal(tf.strings.strip(tokens.flat_values), ""))
+    return tf.ragged.boolean_mask(tokens, tokens.with_flat_values(keep))
+
+
+def build_vocabulary(captions: Iterable[str], *, min_count: int = 1, max_size: int | None = None,
+                     batch_size: int = 4096) -> list[str]:
+    """Words of the training captions seen at least `min_count` times, most frequent first (ties alphabetical)."""
+    counts: collections.Counter = collections.Counter()
+    captions = list(captions)
+    for start in range(0, len(captions), batch_size):
+        words = split_words(tf.constant(captions[start:start + batch_size])).flat_values.numpy()
+        counts.update(words.tolist())
+    ranked = sorted(((w.decode("utf-8"), c) for w, c in counts.items() if c >= min_count), key=lambda x: (-x[1], x[0]))
+    if max_size is not None:
+        ranked = ranked[:max_size]
+    if not ranked:
+        raise ValueError("The training captions contain no words; cannot build a vocabulary.")
+    return [word for word, _ in ranked]
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class CaptionTokenizer(keras.layers.Layer):
+    """Raw caption strings [N] -> int32 token ids [N, max_length] (0-padded, truncated).
+
+    Args:
+        vocabulary: list of words (ids 2.. in order), or a path to a file with one word per line.
+        max_length: tokens kept per caption.
+    """
+
+    def __init__(self, vocabulary, max_length: int = 32, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        if isinstance(vocabulary, str):
+            with tf.io.gfile.GFile(vocabulary) as handle:
+                vocabulary = [line.rstrip("\n") for line in handle if line.rstrip("\n")]
+        vocabulary = list(vocabulary)
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1; got {max_length}.")
+        self.vocabulary = vocabulary
+        self.max_length = int(max_length)
+        self.lookup = keras.layers.StringLookup(
+            vocabulary=vocabulary, mask_token=PAD_TOKEN, oov_token=UNKNOWN_TOKEN, output_mode="int")
+        # No weights: the vocabulary is a lookup table, ready as soon as it is given.
+        self.built = True
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of ids, padding and unknown included."""
+        return len(self.vocabulary) + 2
+
+    def call(self, texts):
+        words = split_words(texts)
+        ids = tf.ragged.map_flat_values(self.lookup, words)
+        return tf.cast(ids.to_tensor(default_value=0, shape=[None, self.max_length]), tf.int32)
+
+    def save_vocabulary(self, path: str) -> None:
+        """One word per line, written to a temporary name and renamed."""
+        tmp = path + ".tmp"
+        with tf.io.gfile.GFile(tmp, "w") as handle:
+            handle.write("\n".join(self.vocabulary) + "\n")
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocabulary=self.vocabulary, max_length=self.max_length)
+        config.pop("trainable", None)
+        return config
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.max_length)
+
+
+def token_lengths(token_ids: np.ndarray) -> np.ndarray:
+    """Number of non-padding tokens per row."""
+    return np.count_nonzero(np.asarray(token_ids), axis=-1)

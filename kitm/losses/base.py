@@ -1,0 +1,96 @@
+"""The contract every kitm loss follows.
+
+A kitm loss is a plain function that returns one value per batch row (image p and caption p) plus a
+thin `keras.losses.Loss` class around it, as Keras pairs `mean_squared_error` with `MeanSquaredError`.
+On top of Keras' contract, a kitm loss can report *named terms* (for instance SAM's triplet part and
+its adaptive-margin part) so that the model logs each one; `call` returns their sum.
+
+Inputs of every loss class:
+- `y_pred = {"image": [B, D], "text": [B, D]}`: unit-norm embeddings of image p and caption p.
+- `y_true`: a dict from the input pipeline (`"relevance"`: [B, B] with relevance[p, q] the relevance of
+  caption q to image p; `"image_index"`: [B] the dataset index of image p; whatever else a loss needs),
+  or None for losses that need nothing.
+
+Reduction defaults to `"sum"`, because the papers' losses are sums over the batch (METHODS.md), and
+their margins and the VSE++ gradient clip (2.0) are tuned for sums.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import keras
+import tensorflow as tf
+
+from kitm.ops.similarity import cosine_similarity_matrix
+
+
+def reduce_per_row(values: tf.Tensor, reduction: str | None) -> tf.Tensor:
+    """Reduce a [B] vector of per-row loss values the way `keras.losses.Loss` would."""
+    if reduction in (None, "none"):
+        return values
+    if reduction == "sum":
+        return tf.reduce_sum(values)
+    if reduction in ("sum_over_batch_size", "mean"):
+        return tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(tf.size(values), values.dtype))
+    raise ValueError(f"Unsupported reduction {reduction!r}; use 'sum', 'sum_over_batch_size', 'mean' or 'none'.")
+
+
+def scale_for_replicas(value: tf.Tensor, reduction: str | None) -> tf.Tensor:
+    """Divide a reduced loss by the number of replicas in sync, as Keras does for its own losses.
+
+    Each replica reduces its local batch; the optimizer sums gradients over replicas, so the division
+    makes the update that of the mean over replicas of the per-replica losses.
+    """
+    if reduction in (None, "none"):
+        return value
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        value = value / tf.cast(replicas, value.dtype)
+    return value
+
+
+class RetrievalLoss(keras.losses.Loss):
+    """Base class: subclasses implement `compute_terms` and list their `term_names`."""
+
+    term_names: tuple[str, ...] = ("loss",)
+
+    def __init__(self, name: str, reduction: str = "sum", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def compute_terms(self, y_true, y_pred: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Return {term name: per-row values [B]}; their sum is the loss."""
+        raise TypeError(f"{type(self).__name__} is abstract: subclasses define compute_terms")
+
+    def call(self, y_true, y_pred):
+        terms = self.compute_terms(y_true, y_pred)
+        return tf.add_n(list(terms.values()))
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras' Loss.__call__ casts every y_true entry to the loss dtype and rejects None; kitm's y_true is a
+        # dict that mixes float relevance with integer indices (or is None), so only y_pred is cast here.
+        with tf.name_scope(self.name):
+            y_pred = {key: tf.cast(value, self.dtype) for key, value in y_pred.items()}
+            values = self.call(y_true, y_pred)
+            if sample_weight is not None:
+                values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
+            return scale_for_replicas(reduce_per_row(values, self.reduction), self.reduction)
+
+    @staticmethod
+    def similarity(y_pred: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        if not isinstance(y_pred, Mapping) or "image" not in y_pred or "text" not in y_pred:
+            raise ValueError(
+                "kitm losses take y_pred = {'image': [B, D], 'text': [B, D]}; got "
+                f"{type(y_pred).__name__} with keys {list(y_pred) if isinstance(y_pred, Mapping) else 'n/a'}."
+            )
+        image, text = y_pred["image"], y_pred["text"]
+        if image.shape.rank != 2 or text.shape.rank != 2:
+            raise ValueError(f"Embeddings must be [B, D]; got image {image.shape} and text {text.shape}.")
+        return cosine_similarity_matrix(image, text)
+
+    @staticmethod
+    def optional(y_true, key: str):
+        """`y_true[key]` when y_true is a dict that has it, else None."""
+        if isinstance(y_true, Mapping):
+            return y_true.get(key)
+        return None

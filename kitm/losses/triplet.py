@@ -1,0 +1,88 @@
+"""VSE++ triplet ranking loss (Faghri et al., 2018), the baseline every kitm method extends.
+
+METHODS.md, "VSE++ triplet": with `s[p, q]` the cosine of image p and caption q and margin `a`,
+
+    L = sum_p max_{q != p} [a + s[p, q] - s[p, p]]+  +  sum_q max_{p != q} [a + s[p, q] - s[q, q]]+
+
+(hardest negative, `max_violation=True`), or the same with sums over all negatives instead of the maxima.
+The per-row value for row p is the caption-retrieval term of image p plus the image-retrieval term of
+caption p, so the sum over rows is the paper's loss.
+
+Example (hand-computed): s = [[0.9, 0.5], [0.8, 0.6]], a = 0.2.
+Image 0: [0.2 + 0.5 - 0.9]+ = 0; caption 0 vs image 1: [0.2 + 0.8 - 0.9]+ = 0.1.
+Image 1: [0.2 + 0.8 - 0.6]+ = 0.4; caption 1 vs image 0: [0.2 + 0.5 - 0.6]+ = 0.1.
+Per row: [0.1, 0.5]; sum 0.6.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from kitm.losses.base import RetrievalLoss
+from kitm.ops.similarity import negative_mask
+
+
+def _check_margin(margin: float) -> float:
+    margin = float(margin)
+    if margin < 0:
+        raise ValueError(f"Triplet margin must be >= 0; got {margin}.")
+    return margin
+
+
+def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
+                  image_index: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-anchor hinge terms: (caption retrieval for image anchor p, image retrieval for caption anchor q), each [B].
+
+    Pairs of two samples of the same image (equal `image_index`) are not negatives. An anchor with no
+    negative at all contributes 0: every hinge is >= 0, so masking to 0 before the max is exact.
+    """
+    similarity = tf.convert_to_tensor(similarity)
+    if similarity.shape.rank != 2:
+        raise ValueError(f"similarity must be a [B, B] matrix; got shape {similarity.shape}.")
+    positives = tf.linalg.diag_part(similarity)
+    is_negative = negative_mask(similarity, image_index)
+    zeros = tf.zeros_like(similarity)
+    # cost_caption[p, q]: caption q as the negative of image p; cost_image[p, q]: image p as the negative of caption q.
+    cost_caption = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[:, None]), zeros)
+    cost_image = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[None, :]), zeros)
+    if max_violation:
+        return tf.reduce_max(cost_caption, axis=1), tf.reduce_max(cost_image, axis=0)
+    return tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
+
+
+def triplet_loss(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
+                 image_index: tf.Tensor | None = None) -> tf.Tensor:
+    """VSE++ triplet loss per batch row [B]; its sum is the loss of METHODS.md (see module docstring)."""
+    margin = _check_margin(margin)
+    i2t, t2i = triplet_terms(similarity, margin, max_violation, image_index)
+    return i2t + t2i
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class TripletLoss(RetrievalLoss):
+    """VSE++ triplet loss on `y_pred = {"image", "text"}`; uses `y_true["image_index"]` when present.
+
+    Args:
+        margin: the hinge margin `a` (VSE++: 0.2).
+        max_violation: hardest negative (VSE++ "MH") when True, sum over negatives ("SH") otherwise.
+    Terms: "i2t" (image anchors) and "t2i" (caption anchors).
+    """
+
+    term_names = ("i2t", "t2i")
+
+    def __init__(self, margin: float = 0.2, max_violation: bool = True, name: str = "triplet",
+                 reduction: str = "sum", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.margin = _check_margin(margin)
+        self.max_violation = bool(max_violation)
+
+    def compute_terms(self, y_true, y_pred):
+        image_index = self.optional(y_true, "image_index")
+        i2t, t2i = triplet_terms(self.similarity(y_pred), self.margin, self.max_violation, image_index)
+        return {"i2t": i2t, "t2i": t2i}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(margin=self.margin, max_violation=self.max_violation)
+        return config

@@ -1,0 +1,119 @@
+"""DualEncoder: an image tower and a text tower projected into one L2-normalised space.
+
+Training sums weighted loss terms: `compile(optimizer, losses={name: loss}, loss_weights={name: w})`, each
+loss a `kitm.losses.RetrievalLoss`. Every named term of every loss is its own metric (`<loss>/<term>`), so
+TensorBoard shows what each part of the objective does; "loss" is the weighted total.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import keras
+import tensorflow as tf
+from keras import layers
+
+from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class DualEncoder(keras.Model):
+    """`call({"image": images or features, "tokens": token ids})` -> `{"image": [B, D], "text": [B, D]}`.
+
+    Args:
+        image_encoder: a layer mapping images [B, H, W, 3] in [0, 1] (or features [B, F]) to [B, W_i].
+        text_encoder: a layer mapping token ids [B, T] to [B, W_t].
+        embedding_dim: D, the joint space's size.
+    """
+
+    def __init__(self, image_encoder: keras.layers.Layer, text_encoder: keras.layers.Layer,
+                 embedding_dim: int = 1024, **kwargs):
+        super().__init__(**kwargs)
+        self.image_encoder = image_encoder
+        self.text_encoder = text_encoder
+        self.embedding_dim = int(embedding_dim)
+        self.image_projection = layers.Dense(self.embedding_dim, name="image_projection")
+        self.text_projection = layers.Dense(self.embedding_dim, name="text_projection")
+        self.loss_functions: dict[str, RetrievalLoss] = {}
+        self.loss_weights_by_name: dict[str, float] = {}
+        object.__setattr__(self, "term_trackers", {})
+
+    def encode_image(self, images, training=False):
+        features = self.image_encoder(images, training=training)
+        return tf.math.l2_normalize(self.image_projection(features), axis=-1)
+
+    def encode_text(self, token_ids, training=False):
+        features = self.text_encoder(token_ids, training=training)
+        return tf.math.l2_normalize(self.text_projection(features), axis=-1)
+
+    def call(self, inputs, training=False):
+        return {"image": self.encode_image(inputs["image"], training=training),
+                "text": self.encode_text(inputs["tokens"], training=training)}
+
+    def build_from_inputs(self, input_spec) -> None:
+        """Create the weights from the pipeline's `x` spec (a dict of `tf.TensorSpec`), before training.
+
+        Keras' BackupAndRestore and weight loading need built models; one zero-valued example suffices.
+        """
+        example = {key: tf.zeros([1] + spec.shape.as_list()[1:], spec.dtype) for key, spec in input_spec.items()}
+        self(example, training=False)
+
+    def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,
+                loss_weights: Mapping[str, float] | None = None, **kwargs):
+        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`."""
+        if "loss" in kwargs:
+            raise ValueError("DualEncoder takes its objectives as `losses={name: RetrievalLoss}`, not `loss=`.")
+        losses = dict(losses or {})
+        loss_weights = dict(loss_weights or {})
+        unknown = set(loss_weights) - set(losses)
+        if unknown:
+            raise ValueError(f"loss_weights names {sorted(unknown)}, which are not among the losses {sorted(losses)}.")
+        for name, loss in losses.items():
+            if not isinstance(loss, RetrievalLoss):
+                raise TypeError(f"Loss {name!r} is a {type(loss).__name__}; kitm losses derive from RetrievalLoss.")
+        super().compile(optimizer=optimizer, **kwargs)
+        self.loss_functions = losses
+        self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
+        trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
+                    for name, loss in losses.items() for term in loss.term_names}
+        # Set past Keras' attribute tracking: compile may follow build (which locks new state), and these
+        # metrics are reported through the `metrics` property below, never saved with the weights.
+        object.__setattr__(self, "term_trackers", trackers)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
+        if not self.loss_functions:
+            raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
+        total = tf.constant(0.0, dtype=self.compute_dtype)
+        for name, loss in self.loss_functions.items():
+            terms = loss.compute_terms(y, y_pred)
+            weight = self.loss_weights_by_name[name]
+            for term, values in terms.items():
+                if sample_weight is not None:
+                    values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
+                value = tf.cast(reduce_per_row(values, loss.reduction), total.dtype)
+                self.term_trackers[f"{name}/{term}"].update_state(value)
+                total = total + weight * value
+        if self.losses:  # layer regularisers
+            total = total + tf.add_n([tf.cast(l, total.dtype) for l in self.losses])
+        # Like Keras' own losses, divide by the replica count: gradients are summed across replicas.
+        return scale_for_replicas(total, "sum")
+
+    @property
+    def metrics(self):
+        return super().metrics + list(self.term_trackers.values())
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "image_encoder": keras.saving.serialize_keras_object(self.image_encoder),
+            "text_encoder": keras.saving.serialize_keras_object(self.text_encoder),
+            "embedding_dim": self.embedding_dim,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["image_encoder"] = keras.saving.deserialize_keras_object(config["image_encoder"])
+        config["text_encoder"] = keras.saving.deserialize_keras_object(config["text_encoder"])
+        return cls(**config)
