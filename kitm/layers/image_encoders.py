@@ -37,6 +37,13 @@ class SmallConvEncoder(keras.layers.Layer):
         self.flatten = layers.Flatten()
         self.head = layers.Dense(self.width, activation="relu", name="grid_head")
 
+    def build(self, input_shape):
+        shape = tuple(input_shape)
+        for layer in self.blocks + [self.flatten, self.head]:
+            layer.build(shape)
+            shape = layer.compute_output_shape(shape)
+        self.built = True
+
     def call(self, images, training=False):
         x = images
         for layer in self.blocks:
@@ -69,6 +76,9 @@ class ResNetEncoder(keras.layers.Layer):
                                 input_shape=(self.image_size, self.image_size, 3))
         self.backbone.trainable = self.trainable_backbone
 
+    def build(self, input_shape):
+        self.built = True  # the backbone was built with its input shape in __init__
+
     def call(self, images, training=False):
         # The ResNets expect caffe-style input (BGR, mean-subtracted, 0-255).
         x = keras.applications.resnet.preprocess_input(images * 255.0)
@@ -92,6 +102,12 @@ class FeatureMLP(keras.layers.Layer):
         self.hidden = layers.Dense(self.width, activation="relu", name="hidden")
         self.out = layers.Dense(self.width, name="out")
         self.dropout = layers.Dropout(self.dropout_rate)
+
+    def build(self, input_shape):
+        self.linear.build(input_shape)
+        self.hidden.build(input_shape)
+        self.out.build(tuple(input_shape[:-1]) + (self.width,))
+        self.built = True
 
     def call(self, features, training=False):
         return self.linear(features) + self.out(self.dropout(self.hidden(features), training=training))

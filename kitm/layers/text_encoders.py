@@ -20,6 +20,11 @@ class GRUTextEncoder(keras.layers.Layer):
         self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
         self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")
 
+    def build(self, input_shape):
+        self.embedding.build(input_shape)
+        self.gru.build(tuple(input_shape) + (self.word_dim,))
+        self.built = True
+
     def call(self, token_ids, training=False):
         embedded = self.embedding(token_ids)
         mask = self.embedding.compute_mask(token_ids)
