@@ -1,0 +1,48 @@
+"""kitm.eval: retrieval and graded-relevance metrics from similarity and relevance matrices.
+
+Plain numpy, chunked over queries (bounded memory at COCO-5K scale), with one ranking rule
+everywhere: descending score, ties by ascending candidate index.
+
+- :func:`evaluate`: R@K, R^V@K, medr, meanr, mAP, and with relevance NCS@K and SR@K, both
+  directions.
+- :func:`evaluate_folds`, :func:`evaluate_coco_protocols`: COCO 1K (five-fold mean) and 5K.
+- :func:`coherent_score`: CS@K, mean Kendall tau-b of the top K (ladder loss paper).
+- :func:`mean_average_precision`, :func:`neighbourhood_preservation`, :func:`n_way_recall`.
+"""
+
+from kitm.eval.coherent import coherent_score, coherent_score_per_query
+from kitm.eval.evaluation import evaluate
+from kitm.eval.kendall import kendall_tau_b
+from kitm.eval.neighbourhood import nearest_neighbour_indices, neighbourhood_preservation
+from kitm.eval.nway import n_way_recall
+from kitm.eval.protocols import evaluate_coco_protocols, evaluate_folds
+from kitm.eval.ranking import top_k_indices
+from kitm.eval.retrieval import (
+    GroundTruthRanks,
+    ground_truth_ranks,
+    mean_average_precision,
+    recall_at_k,
+    recall_vse_at_k,
+)
+from kitm.eval.semantic import ncs_score, semantic_recall, semantic_relevant_images
+
+__all__ = [
+    "GroundTruthRanks",
+    "coherent_score",
+    "coherent_score_per_query",
+    "evaluate",
+    "evaluate_coco_protocols",
+    "evaluate_folds",
+    "ground_truth_ranks",
+    "kendall_tau_b",
+    "mean_average_precision",
+    "n_way_recall",
+    "ncs_score",
+    "nearest_neighbour_indices",
+    "neighbourhood_preservation",
+    "recall_at_k",
+    "recall_vse_at_k",
+    "semantic_recall",
+    "semantic_relevant_images",
+    "top_k_indices",
+]
