@@ -83,7 +83,7 @@ class RetrievalLoss(keras.losses.Loss):
                 "kitm losses take y_pred = {'image': [B, D], 'text': [B, D]}; got "
                 f"{type(y_pred).__name__} with keys {list(y_pred) if isinstance(y_pred, Mapping) else 'n/a'}."
             )
-        image, text = y_pred["image"], y_pred["text"]
+        image, text = tf.convert_to_tensor(y_pred["image"]), tf.convert_to_tensor(y_pred["text"])
         if image.shape.rank != 2 or text.shape.rank != 2:
             raise ValueError(f"Embeddings must be [B, D]; got image {image.shape} and text {text.shape}.")
         return cosine_similarity_matrix(image, text)

@@ -1,0 +1,178 @@
+"""Negative samplers shared by kitm's losses: choosing negatives is a separate concern from the loss.
+
+Every sampler works on a [B, B] score matrix (usually the image-by-caption cosine `s[p, q]`) and a
+bool [B, B] `negative` mask (usually `kitm.ops.similarity.negative_mask`: off the diagonal and not two
+samples of the same image). `axis` says which anchors are served, as in `tf.argmax`:
+
+- `axis=1`: one pick per *row* among its columns: image anchor p gets a negative caption q;
+- `axis=0`: one pick per *column* among its rows: caption anchor q gets a negative image m.
+
+Modes (named by what they do; SAM paper Sec. 5.4, METHODS.md "SAM"):
+
+- `hardest`: the negative with the highest score, i.e. closest to the anchor (VSE++ hard negative, "HN");
+- `easiest`: the lowest score, furthest from the anchor (the paper's "SN", soft negative);
+- `random`: uniform among the anchor's negatives ("RS").
+
+Every sampler returns `NegativeSample(indices, valid)`, both [B]: `indices` int32, -1 where the anchor
+has no negative at all (a batch of one image, B = 1) and `valid` False there. Losses drop such anchors'
+terms instead of computing them against a made-up negative. Ties go to the smallest index (first
+maximum, as `tf.argmax` on CPU). Nothing here is differentiable: indices carry no gradient.
+
+Hard contrastive selection (ladder loss, seed 001 Eq. 8) needs the extreme *value* of a masked set
+rather than its index: `masked_max` / `masked_min` return it with a `nonempty` flag, and
+`hard_contrastive` pairs the furthest member of the closer set with the closest member of the farther
+set. An empty set gives value 0 and `nonempty=False`, and the loss drops the term (METHODS.md
+"Ladder loss": an empty set contributes nothing, unlike the reference's `scores * mask`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+SAMPLING_MODES = ("hardest", "easiest", "random")
+
+__all__ = [
+    "SAMPLING_MODES",
+    "NegativeSample",
+    "hardest_negatives",
+    "easiest_negatives",
+    "random_negatives",
+    "sample_negatives",
+    "masked_max",
+    "masked_min",
+    "hard_contrastive",
+    "check_sampling",
+]
+
+
+class NegativeSample(NamedTuple):
+    """indices: int32 [B], the chosen negative per anchor (-1 when none); valid: bool [B]."""
+
+    indices: tf.Tensor
+    valid: tf.Tensor
+
+
+def check_sampling(sampling: str) -> str:
+    """Return `sampling` if it is a known mode, else raise ValueError naming the argument."""
+    if sampling not in SAMPLING_MODES:
+        raise ValueError(f"sampling must be one of {SAMPLING_MODES}; got {sampling!r}.")
+    return sampling
+
+
+def _check_axis(axis: int) -> int:
+    if axis not in (0, 1):
+        raise ValueError(f"axis must be 1 (one negative per row: image anchors) or 0 (per column: caption "
+                         f"anchors); got {axis!r}.")
+    return axis
+
+
+def _check_mask(negative, like=None, name: str = "negative") -> tf.Tensor:
+    negative = tf.convert_to_tensor(negative)
+    if negative.dtype != tf.bool:
+        raise ValueError(f"{name} must be a bool mask; got dtype {negative.dtype.name}.")
+    if negative.shape.rank is not None and negative.shape.rank != 2:
+        raise ValueError(f"{name} must be a [B, B] matrix; got shape {negative.shape}.")
+    if like is not None and not negative.shape.is_compatible_with(like.shape):
+        raise ValueError(f"{name} must have the shape of the scores; got {negative.shape} and {like.shape}.")
+    return negative
+
+
+def _check_scores(scores, name: str = "scores") -> tf.Tensor:
+    scores = tf.convert_to_tensor(scores)
+    if scores.shape.rank is not None and scores.shape.rank != 2:
+        raise ValueError(f"{name} must be a [B, B] matrix; got shape {scores.shape}.")
+    return scores
+
+
+def _pick(keys: tf.Tensor, negative: tf.Tensor, axis: int) -> NegativeSample:
+    """argmax of `keys` over the True entries of `negative` along `axis`; -1 where none is True."""
+    valid = tf.reduce_any(negative, axis=axis)
+    floor = tf.fill(tf.shape(keys), tf.constant(-float("inf"), keys.dtype))
+    best = tf.argmax(tf.where(negative, keys, floor), axis=axis, output_type=tf.int32)
+    return NegativeSample(tf.where(valid, best, -tf.ones_like(best)), valid)
+
+
+def hardest_negatives(scores, negative, axis: int = 1) -> NegativeSample:
+    """Per anchor, the negative with the highest score (closest to the anchor): `argmax_{n in N(a)} s`."""
+    scores = _check_scores(scores)
+    negative = _check_mask(negative, scores)
+    return _pick(tf.stop_gradient(scores), negative, _check_axis(axis))
+
+
+def easiest_negatives(scores, negative, axis: int = 1) -> NegativeSample:
+    """Per anchor, the negative with the lowest score (furthest from the anchor): `argmin_{n in N(a)} s`."""
+    scores = _check_scores(scores)
+    negative = _check_mask(negative, scores)
+    return _pick(-tf.stop_gradient(scores), negative, _check_axis(axis))
+
+
+def random_negatives(negative, axis: int = 1, seed=None) -> NegativeSample:
+    """Per anchor, a negative drawn uniformly among its negatives.
+
+    The argmax of i.i.d. uniform keys restricted to the anchor's negatives is uniform over them, so the
+    whole batch is drawn at once without a loop or a variable-length gather.
+
+    Args:
+      negative: bool [B, B] mask of allowed negatives.
+      axis: 1 for row anchors (image anchors), 0 for column anchors (caption anchors).
+      seed: None (nondeterministic), a Python int (the op-level seed of a stateful `tf.random.uniform`,
+        which still changes from call to call), or an int tensor of shape [2] for
+        `tf.random.stateless_uniform` (the same seed gives the same draw).
+    """
+    negative = _check_mask(negative)
+    axis = _check_axis(axis)
+    shape = tf.shape(negative)
+    if seed is None or isinstance(seed, int):
+        keys = tf.random.uniform(shape, dtype=tf.float32, seed=seed)
+    else:
+        seed = tf.convert_to_tensor(seed)
+        if seed.shape.rank != 1 or (seed.shape[0] is not None and seed.shape[0] != 2):
+            raise ValueError(f"seed must be None, an int or a shape [2] integer tensor; got shape {seed.shape}.")
+        keys = tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+    return _pick(keys, negative, axis)
+
+
+def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None) -> NegativeSample:
+    """Dispatch to `hardest_negatives`, `easiest_negatives` or `random_negatives` by name."""
+    sampling = check_sampling(sampling)
+    if sampling == "hardest":
+        return hardest_negatives(scores, negative, axis)
+    if sampling == "easiest":
+        return easiest_negatives(scores, negative, axis)
+    return random_negatives(negative, axis, seed)
+
+
+def masked_max(values, mask, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor]:
+    """`max_{j in M} values` along `axis`, with `nonempty = any(M)`; value 0 where M is empty.
+
+    Masked-out entries are filled with a constant strictly below every value, not 0: with negative
+    similarities a 0 fill would win the max (the reference ladder loss's `scores * mask` bug). The
+    gradient reaches only the chosen member (split evenly among exact ties, as `tf.reduce_max`).
+    """
+    values = tf.convert_to_tensor(values)
+    mask = _check_mask(mask, values, "mask")
+    floor = tf.stop_gradient(tf.reduce_min(values)) - 1
+    nonempty = tf.reduce_any(mask, axis=axis)
+    best = tf.reduce_max(tf.where(mask, values, floor), axis=axis)
+    return tf.where(nonempty, best, tf.zeros_like(best)), nonempty
+
+
+def masked_min(values, mask, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor]:
+    """`min_{i in M} values` along `axis`, with `nonempty = any(M)`; value 0 where M is empty."""
+    values = tf.convert_to_tensor(values)
+    best, nonempty = masked_max(-values, mask, axis)
+    return -best, nonempty
+
+
+def hard_contrastive(values, closer, farther, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Hard contrastive pair of seed 001 Eq. 8: `(min_{i in closer} v, max_{j in farther} v, valid)`.
+
+    `closer` is the set that should score higher (e.g. the positive and the more relevant ladder levels),
+    `farther` the set that should score lower; `valid` is False where either set is empty, and the loss
+    must then drop the term.
+    """
+    low, has_closer = masked_min(values, closer, axis)
+    high, has_farther = masked_max(values, farther, axis)
+    return low, high, tf.logical_and(has_closer, has_farther)

@@ -1,0 +1,413 @@
+"""Exact 1-D k-means of every row of a matrix, with the number of clusters chosen by silhouette.
+
+This is the clustering step of the adaptive ladder loss (seed 001, Eqs. 9-12; METHODS.md "Ladder
+loss"): each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
+one with the highest mean silhouette, and levels are numbered by decreasing cluster centre.
+
+Why an exact dynamic programme instead of Lloyd's algorithm
+------------------------------------------------------------
+In one dimension an optimal k-means partition consists of runs of consecutive values in sorted
+order, so the optimum is the best way to cut the sorted row into k runs:
+
+    D_0(0) = 0,   D_0(j > 0) = inf
+    D_k(j) = min_{i < j} D_{k-1}(i) + SSE(i, j)                                           (DP)
+    SSE(i, j) = sum_{t=i}^{j-1} x_t^2 - (sum_{t=i}^{j-1} x_t)^2 / (j - i)
+
+(Bellman's classic segmentation recursion; it is what Ckmeans.1d.dp [Wang & Song, R Journal 2011]
+solves).  D_k(n) is the global minimum of the k-means objective, so it is never worse than Lloyd's
+algorithm from any seeding (k-means++ included), and it is deterministic: no restarts, no random
+state inside a training graph.  Every SSE(i, j) comes from two prefix sums, so a row's whole
+[n, n] table of segment costs is a few broadcast ops, and one DP step is an add plus an argmin
+over the table's last axis, batched over all rows.  The last step (k = k_max) only needs the
+table row j = n, and the all-infinite triangle i >= j is skipped in bands.  At n = 128 the naive
+O(k n^2) work is about 10^5 cell updates per row, cheaper in TensorFlow/XLA than the
+data-dependent control flow of the O(k n log n) or SMAWK variants.  Memory is bounded by
+processing rows in chunks of at most `max_table_elements / n^2` rows.
+
+The computation runs in float64 whatever the input dtype: SSE from prefix sums subtracts two
+nearly equal numbers, and float32 would make near-tied partitions come out in the wrong order.
+(Values are also centred per row first, which keeps the cancellation small.)
+
+Ties
+----
+Cuts are only allowed between two *different* values, so equal values always share a cluster.
+This loses nothing: if an optimal partition put copies of a value v in two adjacent clusters, each
+copy is (by optimality) equidistant from both centres, and moving all copies to one side keeps the
+assignment cost and can only lower the cost after re-centring (it cannot empty a cluster when
+k <= d: splitting another cluster that holds two distinct values would then beat the optimum).
+Hence, for every k up to the number d of distinct values in the row, the restricted optimum
+equals the unrestricted one.  A k
+greater than d cannot form k non-empty clusters without splitting equal values, so it is not
+eligible.  When d < k_min (e.g. a constant row), the row gets d clusters, one per distinct value
+(its exact optimum with zero SSE), and the reported k is d, which is then below k_min; a row with
+a single distinct value gets k = 1, label 1 everywhere and silhouette 0; a row with no valid
+entry (see `mask`) gets k = 0, label 0 everywhere and silhouette 0.  Outputs never contain NaN.
+
+Silhouette (Rousseeuw 1987; seed 001 Eqs. 10-12; scikit-learn's ``silhouette_score``)
+-------------------------------------------------------------------------------------
+For point i in cluster C_i:  a(i) = sum_{j in C_i} |x_i - x_j| / (|C_i| - 1),
+b(i) = min_{C != C_i} sum_{j in C} |x_i - x_j| / |C|,  s(i) = (b - a) / max(a, b), and s(i) = 0 when
+|C_i| = 1.  The row score is the mean of s(i) over the row's points.  Because clusters are runs of
+the sorted row, the distance sum from x_t to a run [s, e) is, with p = clip(t, s, e),
+x_t (p - s) - (S(p) - S(s)) + (S(e) - S(p)) - x_t (e - p) for the prefix sum S, so all sums cost
+O(n k) per row instead of O(n^2).  k is chosen as the first (smallest) k with the highest score,
+like ``numpy.argmax`` in the reference implementation.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import tensorflow as tf
+
+__all__ = ["auto_kmeans_1d", "kmeans_1d_candidates", "KMeans1DCandidates"]
+
+# Rows per chunk are chosen so that one [rows, n, n] float64 cost table stays below this many
+# elements (64 MB); a 256 x 128 problem (both directions of a B = 128 batch) fits in one chunk.
+DEFAULT_MAX_TABLE_ELEMENTS = 1 << 23
+# Bands of run ends that skip the all-infinite upper triangle of the DP table (see `_solve`).
+_BANDS = 4
+
+
+class KMeans1DCandidates(NamedTuple):
+    """Optimal clustering of every row for each k in [k_min, k_max] (axis 1 indexes k - k_min).
+
+    labels:     int32 [rows, K, cols], 1 = cluster with the highest centre, 0 = masked entry.
+    sse:        [rows, K] within-cluster sum of squared deviations (the k-means objective).
+    silhouette: [rows, K] mean silhouette of those labels over the row's valid entries.
+    eligible:   bool [rows, K], False where k exceeds the row's number of distinct values; the
+                other three outputs are meaningless there (sse is +inf).
+    """
+
+    labels: tf.Tensor
+    sse: tf.Tensor
+    silhouette: tf.Tensor
+    eligible: tf.Tensor
+
+
+def auto_kmeans_1d(
+    values: tf.Tensor,
+    k_min: int,
+    k_max: int,
+    *,
+    mask: tf.Tensor | None = None,
+    max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
+    jit_compile: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Cluster each row of `values` with exact 1-D k-means, k chosen by the mean silhouette.
+
+    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (seed 001, Eq. 9), each C from the
+    globally optimal k-means partition of the row (exact DP, see the module docstring).
+
+    Works eagerly and inside `tf.function` (also with `jit_compile=True` and unknown shapes).
+
+    Args:
+      values: float [rows, cols] (any float dtype; rows and cols may be unknown when tracing);
+        each row is clustered on its own.  Entries where `mask` is True must be finite.
+      k_min, k_max: Python ints, 2 <= k_min <= k_max <= cols.
+      mask: optional bool [rows, cols]; only True entries are clustered (e.g. the non-positive
+        candidates of each query, the paper's N^{-q}); False entries get label 0.
+      max_table_elements: memory bound, see `DEFAULT_MAX_TABLE_ELEMENTS`.
+      jit_compile: run the clustering as one XLA computation, compiled once per input shape
+        (about 1-3 s on first use).  XLA fuses the DP's table passes: about 4x faster than the
+        op-by-op graph at 256 x 128.  Pass False where XLA is unavailable or shapes keep changing.
+        (Inside a caller's own XLA computation the two are the same.)
+
+    Returns:
+      labels: int32 [rows, cols], 1 for the cluster with the highest centre, 2 the next, ..., 0 for
+        masked entries.
+      k: int32 [rows], the number of clusters used; below k_min only for rows with fewer than
+        k_min distinct values (module docstring, "Ties").
+      silhouette: [rows] mean silhouette of the returned labels, in `values`' dtype.
+    """
+    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements)
+    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, False, bool(jit_compile))(x, valid)
+    labels.set_shape(x.shape)  # the runner is traced for any shape; keep what is known
+    k.set_shape(x.shape[:1])
+    silhouette.set_shape(x.shape[:1])
+    return labels, k, tf.cast(silhouette, out_dtype)
+
+
+def kmeans_1d_candidates(
+    values: tf.Tensor,
+    k_min: int,
+    k_max: int,
+    *,
+    mask: tf.Tensor | None = None,
+    max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
+    jit_compile: bool = True,
+) -> KMeans1DCandidates:
+    """The exact k-means clustering of every row for every k in [k_min, k_max], with its SSE and
+    mean silhouette: what `auto_kmeans_1d` chooses from.  Arguments as in `auto_kmeans_1d`."""
+    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements)
+    labels, sse, silhouette, eligible = _runner(k_min, k_max, max_table_elements, True, bool(jit_compile))(x, valid)
+    num_k = k_max - k_min + 1
+    labels.set_shape([x.shape[0], num_k, x.shape[1]])
+    for t in (sse, silhouette, eligible):
+        t.set_shape([x.shape[0], num_k])
+    return KMeans1DCandidates(labels, tf.cast(sse, out_dtype), tf.cast(silhouette, out_dtype), eligible)
+
+
+@functools.lru_cache(maxsize=None)
+def _runner(k_min: int, k_max: int, max_table_elements: int, candidates: bool, jit_compile: bool):
+    """One tf.function per setting, traced once for any [rows, cols] (XLA still compiles per shape)."""
+    if candidates:
+        fn = lambda xc, vc: _solve(xc, vc, k_min, k_max)[3:]  # noqa: E731
+        signature = (tf.TensorSpec([None, None, None], tf.int32), tf.TensorSpec([None, None], tf.float64),
+                     tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool))
+    else:
+        fn = lambda xc, vc: _solve(xc, vc, k_min, k_max)[:3]  # noqa: E731
+        signature = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32),
+                     tf.TensorSpec([None], tf.float64))
+
+    def run(x, valid):
+        return _chunked(fn, x, valid, max_table_elements, signature)
+
+    return tf.function(
+        run,
+        input_signature=[tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool)],
+        jit_compile=jit_compile,
+        autograph=False,
+    )
+
+
+def _check_inputs(values, k_min, k_max, mask, max_table_elements):
+    for name, k in (("k_min", k_min), ("k_max", k_max)):
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"{name} must be a Python int, got {k!r} ({type(k).__name__})")
+    if k_min < 2:
+        raise ValueError(f"k_min must be >= 2 (a silhouette needs two clusters), got k_min={k_min}")
+    if k_max < k_min:
+        raise ValueError(f"k_max must be >= k_min, got k_min={k_min}, k_max={k_max}")
+    if isinstance(max_table_elements, bool) or not isinstance(max_table_elements, int) or max_table_elements < 1:
+        raise ValueError(f"max_table_elements must be a positive int, got {max_table_elements!r}")
+
+    values = tf.convert_to_tensor(values)
+    if not values.dtype.is_floating:
+        raise TypeError(f"values must be a float tensor, got dtype {values.dtype.name}")
+    if values.shape.rank is not None and values.shape.rank != 2:
+        raise ValueError(f"values must be 2-D [rows, cols], got shape {values.shape}")
+    values = tf.ensure_shape(values, [None, None])  # checks the rank at run time when unknown now
+    cols = values.shape[1]
+    checks = []
+    if cols is not None:
+        if k_max > cols:
+            raise ValueError(
+                f"k_max must be <= cols (the values per row), got k_max={k_max}, values shape {values.shape}")
+    else:
+        checks.append(tf.debugging.assert_less_equal(
+            tf.constant(k_max, tf.int32), tf.shape(values)[1],
+            message=f"auto_kmeans_1d: k_max={k_max} exceeds cols, the number of values per row"))
+
+    if mask is None:
+        valid = tf.ones_like(values, dtype=tf.bool)
+    else:
+        valid = tf.convert_to_tensor(mask)
+        if valid.dtype != tf.bool:
+            raise TypeError(f"mask must be a bool tensor, got dtype {valid.dtype.name}")
+        if not valid.shape.is_compatible_with(values.shape):
+            raise ValueError(f"mask must have the shape of values, got mask {valid.shape} and values {values.shape}")
+        checks.append(tf.debugging.assert_equal(
+            tf.shape(valid), tf.shape(values),
+            message="auto_kmeans_1d: mask must have the shape of values"))
+    # Labels are discrete and the silhouette only selects k, so nothing here is differentiable.
+    x = tf.cast(tf.stop_gradient(values), tf.float64)
+    checks.append(tf.debugging.assert_all_finite(
+        tf.where(valid, x, tf.zeros_like(x)), "auto_kmeans_1d: values must be finite where clustered"))
+    with tf.control_dependencies(checks):
+        x = tf.identity(x)
+    out_dtype = values.dtype
+    return x, valid, out_dtype
+
+
+def _chunked(fn, x, valid, max_table_elements, signature):
+    """Apply `fn(x_chunk, valid_chunk)` to row blocks small enough for one [rows, n, n] table."""
+    rows = tf.shape(x)[0]
+    cols = tf.shape(x)[1]
+    rows_per_chunk = tf.maximum(1, max_table_elements // tf.maximum(cols * cols, 1))
+    # At least one chunk: map_fn cannot stack the outputs of zero iterations.
+    num_chunks = tf.maximum((rows + rows_per_chunk - 1) // rows_per_chunk, 1)
+    # Even chunks, so that the padding (rows with nothing valid) is less than one row per chunk.
+    chunk = (rows + num_chunks - 1) // num_chunks
+    pad = num_chunks * chunk - rows
+
+    # Shapes are unknown when this is traced (one trace serves every shape), so even a single chunk
+    # goes through map_fn: one iteration costs little, and a tf.cond around a direct call would
+    # trace the whole solver twice.
+    xp = tf.reshape(tf.pad(x, [[0, pad], [0, 0]]), [num_chunks, chunk, cols])
+    vp = tf.reshape(tf.pad(valid, [[0, pad], [0, 0]]), [num_chunks, chunk, cols])
+    out = tf.map_fn(lambda xv: fn(xv[0], xv[1]), (xp, vp), fn_output_signature=signature)
+
+    def unchunk(t):
+        t = tf.reshape(t, tf.concat([[num_chunks * chunk], tf.shape(t)[2:]], axis=0))
+        return t[:rows]
+
+    return tuple(unchunk(t) for t in out)
+
+
+def _solve(x, valid, k_min, k_max):
+    """All the work for one block of rows; x float64 [r, n], valid bool [r, n].
+
+    Returns (labels, k, silhouette, cand_labels, cand_sse, cand_silhouette, cand_eligible).
+    """
+    r = tf.shape(x)[0]
+    n = tf.shape(x)[1]
+    n_valid = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)  # [r]
+    inf = tf.constant(float("inf"), tf.float64)
+
+    # Sort each row's valid values ascending; masked entries go last and are then ignored because
+    # every segment is cut off at n_valid.
+    order = tf.argsort(tf.where(valid, x, inf), axis=1, stable=True)
+    xs = tf.gather(x, order, batch_dims=1)
+    pos = tf.range(n)
+    in_range = pos[None, :] < n_valid[:, None]  # [r, n]
+    row_mean = tf.reduce_sum(tf.where(in_range, xs, 0.0), axis=1) / tf.cast(tf.maximum(n_valid, 1), tf.float64)
+    xs = tf.where(in_range, xs - row_mean[:, None], 0.0)
+
+    zero = tf.zeros([r, 1], tf.float64)
+    s1 = tf.concat([zero, tf.cumsum(xs, axis=1)], axis=1)  # [r, n+1], s1[:, j] = sum of the first j
+    s2 = tf.concat([zero, tf.cumsum(xs * xs, axis=1)], axis=1)
+
+    # A cut before sorted position i is allowed only between two different values (ties stay
+    # together, module docstring).
+    idx = tf.range(n + 1)
+    differs = tf.concat(
+        [tf.zeros([r, 1], tf.bool), xs[:, 1:] > xs[:, :-1], tf.zeros([r, 1], tf.bool)], axis=1)  # [r, n+1]
+    cut_ok = tf.logical_and(differs, idx[None, :] < n_valid[:, None])
+    distinct = tf.where(n_valid > 0, 1 + tf.reduce_sum(tf.cast(cut_ok, tf.int32), axis=1), 0)
+
+    # SSE(i, j) = s2[j] - s2[i] + q[b, j-1, i] with q = -(s1[j] - s1[i])^2 / (j - i) for i < j and
+    # +inf otherwise, for run ends j = 1..n and starts i = 0..n-1.  s2[j] does not depend on the
+    # cut i, so the DP adds it after the minimum:
+    #   D_k(j) = s2[j] + min_i (E(i) + q[j-1, i]),   E(i) = D_{k-1}(i) - s2[i]  (+inf where no cut).
+    # Only the [r, n, n] table q is materialised; the minimised axis i is last (contiguous).
+    ends_, starts_ = tf.range(1, n + 1), tf.range(n)
+    length = ends_[:, None] - starts_[None, :]  # [j-1, i]
+    neg_inv_length = -1.0 / tf.cast(tf.maximum(length, 1), tf.float64)
+    seg_sum = s1[:, 1:, None] - s1[:, None, :-1]
+    q = tf.where(length > 0, seg_sum * seg_sum * neg_inv_length, inf)
+    # Half of q is +inf (i >= j).  Band g holds the table rows j-1 in [lo, hi), i.e. ends j <= hi,
+    # which only need starts i < hi: each band reads a [r, hi - lo, hi] block, 5/8 of the table
+    # for 4 bands.  (Every hi >= 1, so no argmin runs over an empty axis.)
+    bands = _BANDS
+    band_hi = [(n * g + bands - 1) // bands for g in range(1, bands + 1)]
+    band_lo = [tf.constant(0)] + band_hi[:-1]
+
+    def gather_rows(table, at):
+        return tf.gather(table, at, batch_dims=1)
+
+    last = tf.maximum(n_valid - 1, 0)  # index of the end j = n_valid (any index when n_valid = 0)
+    d = s2[:, 1:] + q[:, :, 0]  # D_1(j) for j = 1..n: one run [0, j)
+    sse = [gather_rows(d, last)]
+    # best_cut[k-1][b, j-1] = start of the last run in the best k-run split of [0, j); for k = k_max
+    # only j = n_valid is ever read back, so that step scores one row of q instead of the table.
+    best_cut = [None]
+    for k in range(2, k_max + 1):
+        # E(0) = +inf: D_{k-1}(0) is infinite for k - 1 >= 1 runs.
+        e = tf.concat([tf.fill([r, 1], inf), tf.where(cut_ok[:, 1:n], d[:, :-1], inf) - s2[:, 1:n]], axis=1)
+        if k < k_max:
+            args, mins = [], []
+            for lo, hi in zip(band_lo, band_hi):
+                q_band, e_band = q[:, lo:hi, :hi], e[:, :hi]
+                arg = tf.argmin(q_band + e_band[:, None, :], axis=2, output_type=tf.int32)
+                args.append(arg)
+                # Gathering the two terms is cheaper than gathering from their (materialised) sum.
+                mins.append(tf.gather(q_band, arg, batch_dims=2) + gather_rows(e_band, arg))
+            arg = tf.concat(args, axis=1)
+            d = s2[:, 1:] + tf.concat(mins, axis=1)
+            sse.append(gather_rows(d, last))
+        else:
+            total = gather_rows(q, last) + e  # [r, n]: the row j = n_valid of the table
+            arg = tf.argmin(total, axis=1, output_type=tf.int32)
+            sse.append(gather_rows(s2, n_valid) + gather_rows(total, arg))
+        best_cut.append(arg)
+
+    # Backtrack every candidate k at once (axis 1 = k - k_min).  For a k-run split of the sorted row,
+    # run c (0-based, ascending) is [start_c, start_{c+1}) with start_0 = 0 and start_k = n_valid;
+    # runs c >= k of a smaller k are empty, starting and ending at n_valid.
+    ks_list = list(range(k_min, k_max + 1))
+    full = tf.tile(n_valid[:, None], [1, len(ks_list)])  # [r, K]
+    end = full
+    run_start = {}
+    for c in range(k_max, 1, -1):
+        active = tf.constant([k >= c for k in ks_list])[None, :]  # k-splits that have a run c - 1
+        if c == k_max:
+            found = tf.tile(best_cut[c - 1][:, None], [1, len(ks_list)])
+        else:
+            # end >= c on every chain of an eligible k; the clamp only keeps the others in range.
+            found = tf.gather(best_cut[c - 1], tf.maximum(end - 1, 0), batch_dims=1)
+        end = tf.where(active, found, end)
+        run_start[c - 1] = tf.where(active, found, full)
+    # Stack Python lists rather than slicing one stacked tensor: TF 2.20's grappler rewrites a
+    # one-element strided slice of a Pack wrongly (it drops the new axis).
+    starts = tf.stack([tf.zeros_like(full)] + [run_start[c] for c in range(1, k_max)], axis=2)  # [r, K, k_max]
+    ends = tf.stack([run_start[c] for c in range(1, k_max)] + [full], axis=2)
+    cand_runs = tf.add_n([tf.cast(pos[None, None, :] >= run_start[c][:, :, None], tf.int32)
+                          for c in range(1, k_max)])  # [r, K, n]
+    cand_sil = _silhouette(xs, s1, cand_runs, starts, ends, in_range, n_valid)  # [r, K]
+
+    ks = tf.range(k_min, k_max + 1)
+    # Rounding can leave a zero SSE a hair below 0.
+    cand_sse = tf.maximum(tf.stack(sse[k_min - 1:], axis=1), 0.0)  # [r, K]
+    cand_eligible = ks[None, :] <= distinct[:, None]
+
+    # Rows with fewer than k_min distinct values: one cluster per distinct value.  Points of a run
+    # of equal values have a = 0 < b, so s = 1, and singletons have s = 0.
+    few = distinct < k_min
+    same_as_prev = tf.logical_and(tf.logical_not(differs[:, :-1]), pos[None, :] > 0)
+    same_as_next = tf.logical_and(tf.logical_not(differs[:, 1:]), pos[None, :] + 1 < n_valid[:, None])
+    has_twin = tf.logical_and(tf.logical_or(same_as_prev, same_as_next), in_range)
+    twin_fraction = tf.reduce_sum(tf.cast(has_twin, tf.float64), axis=1) / tf.cast(tf.maximum(n_valid, 1), tf.float64)
+    few_sil = tf.where(distinct >= 2, twin_fraction, 0.0)
+    few_run = tf.cumsum(tf.cast(differs[:, :-1], tf.int32), axis=1)  # index of the distinct value
+
+    scored = tf.where(cand_eligible, cand_sil, -inf)
+    choice = tf.argmax(scored, axis=1, output_type=tf.int32)  # first maximum: smallest k on ties
+    k = tf.where(few, distinct, k_min + choice)
+    silhouette = tf.where(few, few_sil, tf.gather(cand_sil, choice, batch_dims=1))
+    run = tf.where(few[:, None], few_run, tf.gather(cand_runs, choice, batch_dims=1))
+
+    # Back to the caller's column order; label 1 is the run with the largest values.
+    # inverse[b, order[b, t]] = t, by a scatter (cheaper than sorting `order` again).
+    rows_ids = tf.broadcast_to(tf.range(r)[:, None], [r, n])
+    inverse = tf.scatter_nd(tf.stack([rows_ids, order], axis=2), tf.broadcast_to(pos[None, :], [r, n]), [r, n])
+    labels = tf.gather(tf.where(in_range, k[:, None] - run, 0), inverse, batch_dims=1)
+    cand_labels = tf.where(in_range[:, None, :], ks[None, :, None] - cand_runs, 0)
+    cand_labels = tf.gather(cand_labels, tf.tile(inverse[:, None, :], [1, k_max - k_min + 1, 1]), batch_dims=2)
+    return labels, k, silhouette, cand_labels, cand_sse, cand_sil, cand_eligible
+
+
+def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
+    """Mean silhouette per row and candidate for runs of the sorted row (formula: module docstring).
+
+    xs [r, n] sorted values, s1 [r, n+1] their prefix sums, run [r, K, n] each point's run index
+    per candidate, starts/ends [r, K, C] run bounds (empty runs allowed and ignored).  Returns [r, K].
+    """
+    r = tf.shape(xs)[0]
+    n = tf.shape(xs)[1]
+    num_runs = tf.shape(starts)[2]
+    t = tf.range(n)[None, None, :, None]
+    s, e = starts[:, :, None, :], ends[:, :, None, :]  # [r, K, 1, C]
+    p = tf.minimum(tf.maximum(t, s), e)  # points of the run before p are <= x_t, from p on >= x_t
+
+    def prefix_at(at):
+        return tf.reshape(tf.gather(s1, tf.reshape(at, [r, -1]), batch_dims=1), tf.shape(at))
+
+    s1_p, s1_s, s1_e = prefix_at(p), prefix_at(s), prefix_at(e)
+    x = xs[:, None, :, None]
+    pf, sf, ef = (tf.cast(v, tf.float64) for v in (p, s, e))
+    dist_sum = x * (pf - sf) - (s1_p - s1_s) + (s1_e - s1_p) - x * (ef - pf)  # [r, K, n, C]
+
+    size = ef - sf  # [r, K, 1, C]
+    own = tf.equal(tf.range(num_runs)[None, None, None, :], run[:, :, :, None])
+    own_size = tf.reduce_sum(tf.where(own, size, 0.0), axis=3)  # [r, K, n]
+    a = tf.reduce_sum(tf.where(own, dist_sum, 0.0), axis=3) / tf.maximum(own_size - 1.0, 1.0)
+    inf = tf.constant(float("inf"), tf.float64)
+    b = tf.reduce_min(tf.where(tf.logical_or(own, size <= 0.0), inf, dist_sum / tf.maximum(size, 1.0)), axis=3)
+    denom = tf.maximum(a, b)
+    ok = tf.logical_and(tf.logical_and(own_size > 1.0, denom > 0.0), tf.math.is_finite(b))
+    # The clip only removes rounding (XLA may turn b / b into 1 + 1 ulp).
+    sil = tf.clip_by_value(tf.where(ok, (b - a) / tf.where(ok, denom, 1.0), 0.0), -1.0, 1.0)
+    return tf.reduce_sum(tf.where(in_range[:, None, :], sil, 0.0), axis=2) / tf.cast(
+        tf.maximum(n_valid, 1), tf.float64)[:, None]
