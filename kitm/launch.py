@@ -178,6 +178,20 @@ def learning_rate_schedule(steps_per_epoch: int):
     return keras.optimizers.schedules.PiecewiseConstantDecay([b * steps_per_epoch for b in boundaries], values)
 
 
+def diagnose_read_failure(data_dir: pathlib.Path, info, error: Exception) -> LaunchError | None:
+    """After training or evaluation failed, look for a bad shard, record or image and name it (None if all read)."""
+    from kitm.data import schema
+    from kitm.data.records import diagnose_shards
+
+    print(f"Reading {data_dir} failed ({type(error).__name__}); looking for the bad record.", file=sys.stderr)
+    spec = schema.feature_spec(info)
+    for split in info.splits:
+        message = diagnose_shards(info.shard_paths(data_dir, split), spec)
+        if message:
+            return LaunchError(message)
+    return None
+
+
 def write_json_atomically(path: pathlib.Path, payload: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
@@ -185,17 +199,9 @@ def write_json_atomically(path: pathlib.Path, payload: dict) -> None:
 
 
 def run_training() -> dict:
+    """Set up devices, data and strategy, then train, evaluate and export; bad records are named on failure."""
     import keras
     import tensorflow as tf
-
-    from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
-    from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
-    from kitm.eval import evaluate
-    from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
-    from kitm.losses import TripletLoss
-    from kitm.models import DualEncoder
-    from kitm.models.inference import embed_dataset, similarity_matrix
-    from kitm.serving import export_saved_model
 
     started = time.time()
     configure_devices()
@@ -210,6 +216,30 @@ def run_training() -> dict:
     replicas = strategy.num_replicas_in_sync
     if FLAGS.batch_size % replicas:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} must be divisible by the {replicas} replicas.")
+    try:
+        return train_evaluate_export(data_dir, run_dir, info, strategy, started)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        # A corrupt shard or an undecodable image surfaces in tf.data without naming its file; find it.
+        problem = diagnose_read_failure(data_dir, info, error)
+        if problem is None:
+            raise
+        raise problem from error
+
+
+def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy, started: float) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
+    from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
+    from kitm.eval import evaluate
+    from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
+    from kitm.losses import TripletLoss
+    from kitm.models import DualEncoder
+    from kitm.models.inference import embed_dataset, similarity_matrix
+    from kitm.serving import export_saved_model
+
+    replicas = strategy.num_replicas_in_sync
 
     vocabulary_path = run_dir / "vocabulary.txt"
     if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
@@ -256,11 +286,10 @@ def run_training() -> dict:
     ]
     verbose = (1 if sys.stdout.isatty() else 2) if FLAGS.progress else 0
     train_started = time.time()
-    history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
-    train_seconds = time.time() - train_started
-
     test_split = "test" if "test" in info.splits else eval_split
     report = None
+    history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
+    train_seconds = time.time() - train_started
     if test_split:
         print(f"Evaluating on the {test_split} split.")
         test = evaluation_dataset(data_dir, test_split, tokenizer, config)

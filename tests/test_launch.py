@@ -145,3 +145,19 @@ def test_impossible_values_are_named(tiny_synthetic, tmp_path):
     assert result.returncode != 0 and "--margin must be >= 0" in result.stderr
     result = _launch([*TINY_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
     assert result.returncode == 2 and "--batch_size=512 is larger than the 96 training samples" in result.stderr
+
+
+def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path):
+    import shutil
+
+    data_dir = tmp_path / "synthetic"
+    shutil.copytree(tiny_synthetic, data_dir)
+    info = json.loads((data_dir / "dataset.json").read_text())
+    shard = data_dir / info["splits"]["train"]["shards"][1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, so only reading finds it
+    shard.write_bytes(bytes(data))
+    result = _launch([*TINY_FLAGS, f"--data_dir={data_dir}", f"--run_dir={tmp_path / 'run'}", "--epochs=1",
+                      "--eval_every_epochs=0", "--export=false"])
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert shard.name in result.stderr and "corrupt" in result.stderr

@@ -188,6 +188,8 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
 
     dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
     dataset = dataset.batch(config.batch_size, drop_remainder=True)
+    # flat_map hides the length from tf.data; stating it lets Keras size epochs and progress bars.
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(samples // config.batch_size))
     return dataset.map(_to_model_inputs(tokenizer, config, info), num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
 

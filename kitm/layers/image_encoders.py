@@ -16,11 +16,11 @@ IMAGE_ENCODERS = ("small_cnn", "resnet50", "resnet152", "features_mlp")
 class SmallConvEncoder(keras.layers.Layer):
     """Four conv blocks (conv-BN-ReLU twice, the second with stride 2), then a dense layer over the grid.
 
-    Sized for the 64x64 synthetic scenes, which leave a 4x4 grid of 128 channels. Captions state positions
+    Sized for the 64x64 synthetic scenes, which leave a 4x4 grid of 64 channels. Captions state positions
     ("top left", "left of"), so the grid is flattened and read by a dense layer rather than averaged away.
     """
 
-    def __init__(self, filters=(32, 64, 128, 128), width: int = 256, **kwargs):
+    def __init__(self, filters=(16, 32, 64, 64), width: int = 256, **kwargs):
         super().__init__(**kwargs)
         self.filters = tuple(int(f) for f in filters)
         self.width = int(width)
