@@ -230,6 +230,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     import keras
     import tensorflow as tf
 
+    from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
     from kitm.eval import evaluate
@@ -246,7 +247,8 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         tokenizer = CaptionTokenizer(str(vocabulary_path), FLAGS.max_caption_length, name="tokenizer")
     else:
         print("Building the vocabulary from the training captions.")
-        vocabulary = build_vocabulary(training_captions(data_dir, "train"), min_count=FLAGS.vocab_min_count)
+        vocabulary = build_vocabulary(training_captions(data_dir, "train"), min_count=FLAGS.vocab_min_count,
+                                      progress=FLAGS.progress)
         tokenizer = CaptionTokenizer(vocabulary, FLAGS.max_caption_length, name="tokenizer")
         tokenizer.save_vocabulary(str(vocabulary_path))
     print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {replicas} replica(s); global batch {FLAGS.batch_size}.")
@@ -279,10 +281,9 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         callbacks.append(RetrievalEvaluation(val, captions_per_image=info.captions_per_image,
                                              every_epochs=FLAGS.eval_every_epochs,
                                              jsonl_path=str(run_dir / "evaluations.jsonl")))
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
     callbacks += [
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
-        keras.callbacks.ModelCheckpoint(str(run_dir / "checkpoints" / "last.weights.h5"), save_weights_only=True),
+        AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),
     ]
     verbose = (1 if sys.stdout.isatty() else 2) if FLAGS.progress else 0
     train_started = time.time()

@@ -90,3 +90,21 @@ def test_image_encoders_by_name_without_downloads():
     assert mlp(np.zeros((2, 10), np.float32)).shape == (2, 1024)
     with pytest.raises(ValueError, match="Unknown image encoder"):
         build_image_encoder("vit")
+
+
+def test_atomic_checkpoint_leaves_only_whole_files(tmp_path):
+    from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
+
+    model = _model()
+    model.compile("adam", losses={"triplet": TripletLoss()})
+    x, y = _batch()
+    path = tmp_path / "ckpt" / "last.weights.h5"
+    model.fit(tf.data.Dataset.from_tensors((x, y)), epochs=2, verbose=0,
+              callbacks=[AtomicWeightsCheckpoint(path)])
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.weights.h5"]
+    clone = _model()
+    clone(x)
+    clone.load_weights(str(path))
+    np.testing.assert_allclose(clone(x)["text"], model(x)["text"], atol=1e-6)
+    with pytest.raises(ValueError, match="must end in .weights.h5"):
+        AtomicWeightsCheckpoint(tmp_path / "model.h5")

@@ -14,6 +14,7 @@ from typing import Iterable
 
 import keras
 import numpy as np
+from tqdm.auto import tqdm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -33,11 +34,12 @@ def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
 
 
 def build_vocabulary(captions: Iterable[str], *, min_count: int = 1, max_size: int | None = None,
-                     batch_size: int = 4096) -> list[str]:
+                     batch_size: int = 4096, progress: bool = False) -> list[str]:
     """Words of the training captions seen at least `min_count` times, most frequent first (ties alphabetical)."""
     counts: collections.Counter = collections.Counter()
     captions = list(captions)
-    for start in range(0, len(captions), batch_size):
+    starts = range(0, len(captions), batch_size)
+    for start in tqdm(starts, desc="vocabulary", unit="batch", disable=not progress, leave=False):
         words = split_words(tf.constant(captions[start:start + batch_size])).flat_values.numpy()
         counts.update(words.tolist())
     ranked = sorted(((w.decode("utf-8"), c) for w, c in counts.items() if c >= min_count), key=lambda x: (-x[1], x[0]))
