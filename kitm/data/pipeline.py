@@ -18,6 +18,7 @@ world, whose captions say "left" and "right"). Evaluation crops the centre deter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import tensorflow as tf
@@ -26,6 +27,7 @@ from official.vision.ops import preprocess_ops
 from kitm.data import schema
 from kitm.data.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
+from kitm.data.synthetic import truth_relevance_tf
 
 CAPTION_MODES = ("sample", "all")
 RELEVANCE_SOURCES = ("none", "truth")
@@ -199,10 +201,6 @@ def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo
         x = {"image": batch["image"], "tokens": tokenizer(batch["caption"])}
         y = {"image_index": batch["image_index"], "caption_index": batch["caption_index"]}
         if config.relevance == "truth":
-            import functools
-
-            from kitm.data.synthetic import truth_relevance_tf
-
             # Relations are judged in the stored scene's pixel coordinates, so the world's own image size.
             relevance_fn = functools.partial(truth_relevance_tf, image_size=info.image_size)
             scene = tf.reshape(batch["scene_facts"], [tf.shape(batch["scene_facts"])[0], -1, 7])
