@@ -4,8 +4,13 @@ Importing this package registers every class with Keras, so `keras.losses.deseri
 """
 
 from kitm.losses import samplers
+from kitm.losses.adaptive_margin import (AdaptiveMarginTripletLoss, adaptive_margin_triplet_loss,
+                                         adaptive_margin_triplet_terms)
 from kitm.losses.angular import AngularLoss, NeighborhoodAngularLoss, angular_loss, neighbor_coverage
 from kitm.losses.base import RetrievalLoss, reduce_per_row
+from kitm.losses.centers import (ImageIndexCrossEntropy, QuantizedCenterLoss, SemanticCenterLoss, center_repulsion,
+                                 index_cross_entropy_terms, quantized_center_loss, quantized_center_terms,
+                                 semantic_center_loss, semantic_center_terms)
 from kitm.losses.ladder import AdaptiveLadderLoss, LadderLoss, adaptive_levels, ladder_levels, ladder_loss
 from kitm.losses.sam import SAMLoss, sam_loss
 from kitm.losses.triplet import TripletLoss, triplet_loss
@@ -16,4 +21,8 @@ __all__ = [
     "SAMLoss", "sam_loss",
     "LadderLoss", "AdaptiveLadderLoss", "ladder_levels", "ladder_loss", "adaptive_levels",
     "AngularLoss", "NeighborhoodAngularLoss", "angular_loss", "neighbor_coverage",
+    "SemanticCenterLoss", "semantic_center_loss", "semantic_center_terms",
+    "QuantizedCenterLoss", "quantized_center_loss", "quantized_center_terms", "center_repulsion",
+    "ImageIndexCrossEntropy", "index_cross_entropy_terms",
+    "AdaptiveMarginTripletLoss", "adaptive_margin_triplet_loss", "adaptive_margin_triplet_terms",
 ]

@@ -3,6 +3,12 @@
 Training sums weighted loss terms: `compile(optimizer, losses={name: loss}, loss_weights={name: w})`, each
 loss a `kitm.losses.RetrievalLoss`. Every named term of every loss is its own metric (`<loss>/<term>`), so
 TensorBoard shows what each part of the objective does; "loss" is the weighted total.
+
+A loss may own trainable parameters that are not part of the encoders (seed 003's semantic centres, its
+quantizer, its image-index classifier heads) together with the optimizer that updates them, listed by
+`loss.optimizer_groups()` -> [(optimizer, variables)]. The training step takes one gradient tape over the
+weighted total and applies the model's optimizer to the model's weights and each group's optimizer to
+its own variables.
 """
 
 from __future__ import annotations
@@ -98,6 +104,33 @@ class DualEncoder(keras.Model):
             total = total + tf.add_n([tf.cast(l, total.dtype) for l in self.losses])
         # Like Keras' own losses, divide by the replica count: gradients are summed across replicas.
         return scale_for_replicas(total, "sum")
+
+    def train_step(self, data):
+        """Keras' training step, extended to the variables that losses own (module docstring).
+
+        Under a distribution strategy every optimizer all-reduces its gradients across replicas, as the
+        model's does. Freezing a loss's layer (`layer.trainable = False`) removes its group; as for any
+        Keras freezing, compile again afterwards.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+        # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
+        groups = [(self.optimizer, list(self.trainable_weights))]
+        for loss in self.loss_functions.values():
+            owned = getattr(loss, "optimizer_groups", None)
+            groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
+        groups = [(optimizer, variables) for optimizer, variables in groups if variables]
+        gradients = tape.gradient(total, [v for _, variables in groups for v in variables])
+        start = 0
+        for optimizer, variables in groups:
+            optimizer.apply_gradients(zip(gradients[start:start + len(variables)], variables))
+            start += len(variables)
+        # Keras logs the loss summed over replicas; compute_loss divided it by their number.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     @property
     def metrics(self):

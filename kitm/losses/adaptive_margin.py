@@ -1,0 +1,306 @@
+"""Triplet hinge loss with adaptive margins on L2 distances (Malali & Keller, seed 003, Sec. 3.5, Eqs. 10-13).
+
+With D(a, b) = |a - b|_2, image anchors x_p and caption anchors y_q (Eq. 10):
+
+    L_T = sum_p [ D(x_p, y_p) - D(x_p, y_{n_p}) + m_x ]+  +  sum_q [ D(y_q, x_q) - D(y_q, x_{m_q}) + m_y ]+
+
+where y_{n_p} is the negative caption of image p and x_{m_q} the negative image of caption q. The paper
+draws each negative at random within the batch (Sec. 4.1); kitm also offers the hardest (closest) and
+easiest (furthest) negative, or every negative of the anchor (`sampling="all"`, a sum over them).
+
+m_x and m_y are non-trainable variables. Every q batches `kitm.callbacks.AdaptiveMarginCallback` sets
+M = (negatives used in those batches whose distance gap already exceeds the margin) / (negatives used),
+i.e. those with `D+ - D- + m <= 0` (zero hinge), and multiplies m by c when M > r (Eq. 13). METHODS.md:
+the printed Eq. 11 counts the violations (`> 0`) while the text says "adhering to the margins"; kitm
+follows the text. For that the loss adds, on every call, the satisfied and used counts of each
+direction to per-replica accumulators (`synchronization=ON_READ`, `aggregation=SUM`): a replica only
+writes its own copy, and a read in cross-replica context sums the replicas.
+
+Example (hand-computed, one direction): x = [1, 0], y+ = [0.6, 0.8], y- = [0, 1], m = 0.2:
+D+ = |[0.4, -0.8]| = 0.8944, D- = |[1, -1]| = 1.4142, hinge [0.8944 - 1.4142 + 0.2]+ = 0 (satisfied);
+with m = 0.6 the hinge is 0.0802 and the negative is not satisfied.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kitm.losses import samplers
+from kitm.losses.base import RetrievalLoss
+from kitm.ops.similarity import negative_mask
+
+__all__ = [
+    "SAMPLINGS",
+    "l2_distance",
+    "pairwise_l2_distances",
+    "AdaptiveMarginTerms",
+    "adaptive_margin_triplet_terms",
+    "adaptive_margin_triplet_loss",
+    "AdaptiveMarginTripletLoss",
+    "replica_local_values",
+    "assign_replica_local",
+]
+
+SAMPLINGS = ("random", "hardest", "easiest", "all")
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-replica accumulators
+# --------------------------------------------------------------------------------------------------
+
+def _strategy_of(variable):
+    # The variable's own strategy: a callback may run outside `strategy.scope()`, where get_strategy() is the
+    # default one and would read the aggregate instead of the copies.
+    return getattr(variable, "distribute_strategy", None) or tf.distribute.get_strategy()
+
+
+def replica_local_values(variable) -> list[np.ndarray]:
+    """The value of every replica's copy of `variable` (one entry without a distribution strategy)."""
+    strategy = _strategy_of(variable)
+    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+            for v in strategy.experimental_local_results(variable)]
+
+
+def assign_replica_local(variable, values) -> None:
+    """Set every replica's copy of `variable`: `values` is one array for all, or a list with one per replica.
+
+    Assigning the copies one by one sidesteps the aggregation rule of a cross-replica assign (with SUM,
+    TensorFlow would divide the value by the number of replicas).
+    """
+    local = _strategy_of(variable).experimental_local_results(variable)
+    if isinstance(values, (list, tuple)):
+        if len(values) != len(local):
+            raise ValueError(f"Expected {len(local)} per-replica values for {variable.name}; got {len(values)}.")
+    else:
+        values = [values] * len(local)
+    for copy, value in zip(local, values):
+        copy.assign(tf.cast(value, copy.dtype))
+
+
+def _accumulator(name: str, shape, dtype):
+    return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
+                       synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.SUM)
+
+
+# --------------------------------------------------------------------------------------------------
+# Distances and the plain functions
+# --------------------------------------------------------------------------------------------------
+
+def _safe_sqrt(squared: tf.Tensor) -> tf.Tensor:
+    """sqrt with a zero (not NaN) gradient at 0: two identical embeddings are a valid input."""
+    positive = squared > 0
+    return tf.where(positive, tf.sqrt(tf.where(positive, squared, tf.ones_like(squared))), tf.zeros_like(squared))
+
+
+def l2_distance(a, b, squared: bool = False) -> tf.Tensor:
+    """Row-wise `|a_i - b_i|_2` (or its square), [B]; from the differences, exact near 0."""
+    squared_distance = tf.reduce_sum(tf.square(a - b), axis=-1)
+    return squared_distance if squared else _safe_sqrt(squared_distance)
+
+
+def pairwise_l2_distances(a, b, squared: bool = False) -> tf.Tensor:
+    """`D[i, j] = |a_i - b_j|_2` (or its square), [Ba, Bb], via the Gram matrix (no [Ba, Bb, D] tensor)."""
+    squared_distance = tf.nn.relu(tf.reduce_sum(tf.square(a), axis=1)[:, None]
+                                  + tf.reduce_sum(tf.square(b), axis=1)[None, :]
+                                  - 2.0 * tf.matmul(a, b, transpose_b=True))
+    return squared_distance if squared else _safe_sqrt(squared_distance)
+
+
+class AdaptiveMarginTerms(NamedTuple):
+    """Per-row hinge terms and the statistics of Eq. 11 (satisfied and used negatives per direction).
+
+    i2t, t2i: [B] (image anchor p; caption anchor p). satisfied_x/used_x, satisfied_y/used_y: int32 scalars.
+    """
+
+    i2t: tf.Tensor
+    t2i: tf.Tensor
+    satisfied_x: tf.Tensor
+    used_x: tf.Tensor
+    satisfied_y: tf.Tensor
+    used_y: tf.Tensor
+
+
+def _check_embeddings(image, text) -> tuple[tf.Tensor, tf.Tensor]:
+    image, text = tf.convert_to_tensor(image), tf.convert_to_tensor(text)
+    if image.shape.rank != 2 or text.shape.rank != 2 or not image.shape.is_compatible_with(text.shape):
+        raise ValueError(f"image and text must be [B, D] embeddings of one shape; got {image.shape} and {text.shape}.")
+    if not image.dtype.is_floating or image.dtype != text.dtype:
+        raise ValueError(f"image and text must be floats of one dtype; got {image.dtype.name} and {text.dtype.name}.")
+    return image, text
+
+
+def _check_margin(name: str, margin):
+    if isinstance(margin, (tf.Tensor, tf.Variable)):
+        return margin
+    margin = float(margin)
+    if not margin >= 0:
+        raise ValueError(f"{name} must be >= 0; got {margin}.")
+    return margin
+
+
+def _as_dtype(value, dtype) -> tf.Tensor:
+    # A Python float goes straight to `dtype` (tf.cast would round it through float32 first).
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return tf.cast(value, dtype)
+    return tf.constant(value, dtype)
+
+
+def _count(mask) -> tf.Tensor:
+    return tf.reduce_sum(tf.cast(mask, tf.int32))
+
+
+def adaptive_margin_triplet_terms(image, text, negative_captions=None, negative_images=None, *,
+                                  margin_x=0.2, margin_y=0.2, image_index=None,
+                                  squared: bool = False) -> AdaptiveMarginTerms:
+    """Eq. 10's hinges per row plus the satisfied/used counts of Eq. 11 (module docstring).
+
+    Args:
+      image, text: [B, D] embeddings (x_p, y_p).
+      negative_captions: int [B], the negative caption n_p of image anchor p (-1: none, the term is 0
+        and the anchor is not counted); negative_images: int [B], the negative image m_q of caption q.
+        Both None: every negative of each anchor (off the diagonal and, with `image_index`, not the same
+        image), summed.
+      margin_x, margin_y: the margins of image and caption anchors (floats or scalar tensors).
+      image_index: optional int [B]; only used when both index vectors are None.
+      squared: squared L2 distances instead of L2 (the paper uses L2).
+    A negative is *satisfied* when its hinge argument `D+ - D- + m` is <= 0.
+    """
+    image, text = _check_embeddings(image, text)
+    margin_x = _as_dtype(_check_margin("margin_x", margin_x), image.dtype)
+    margin_y = _as_dtype(_check_margin("margin_y", margin_y), image.dtype)
+    positive = l2_distance(image, text, squared)  # D(x_p, y_p) = D(y_p, x_p)
+    if (negative_captions is None) != (negative_images is None):
+        raise ValueError("Give both negative_captions and negative_images, or neither (every negative).")
+    if negative_captions is None:
+        distances = pairwise_l2_distances(image, text, squared)  # [p, q] = D(x_p, y_q)
+        negative = negative_mask(distances, image_index)
+        zeros = tf.zeros_like(distances)
+        # Rows: image anchor p against captions q; columns: caption anchor q against images p.
+        argument_x = positive[:, None] - distances + margin_x
+        argument_y = positive[None, :] - distances + margin_y
+        i2t = tf.reduce_sum(tf.where(negative, tf.nn.relu(argument_x), zeros), axis=1)
+        t2i = tf.reduce_sum(tf.where(negative, tf.nn.relu(argument_y), zeros), axis=0)
+        return AdaptiveMarginTerms(i2t, t2i, _count(tf.logical_and(negative, argument_x <= 0)), _count(negative),
+                                   _count(tf.logical_and(negative, argument_y <= 0)), _count(negative))
+    terms = []
+    for anchors, candidates, index, margin, name in ((image, text, negative_captions, margin_x, "negative_captions"),
+                                                     (text, image, negative_images, margin_y, "negative_images")):
+        index = tf.convert_to_tensor(index)
+        if index.shape.rank != 1 or not index.dtype.is_integer:
+            raise ValueError(f"{name} must be an int [B] vector; got {index.dtype.name} {index.shape}.")
+        index = tf.cast(index, tf.int32)
+        valid = index >= 0
+        negatives = tf.gather(candidates, tf.maximum(index, 0))
+        argument = positive - l2_distance(anchors, negatives, squared) + margin
+        hinge = tf.where(valid, tf.nn.relu(argument), tf.zeros_like(argument))
+        terms.append((hinge, _count(tf.logical_and(valid, argument <= 0)), _count(valid)))
+    (i2t, sat_x, used_x), (t2i, sat_y, used_y) = terms
+    return AdaptiveMarginTerms(i2t, t2i, sat_x, used_x, sat_y, used_y)
+
+
+def adaptive_margin_triplet_loss(image, text, negative_captions=None, negative_images=None, *, margin_x=0.2,
+                                 margin_y=0.2, image_index=None, squared: bool = False) -> tf.Tensor:
+    """Eq. 10 per batch row [B] (image anchor p's term plus caption anchor p's); the sum is L_T.
+
+    Arguments as in `adaptive_margin_triplet_terms`.
+    """
+    terms = adaptive_margin_triplet_terms(image, text, negative_captions, negative_images, margin_x=margin_x,
+                                          margin_y=margin_y, image_index=image_index, squared=squared)
+    return terms.i2t + terms.t2i
+
+
+# --------------------------------------------------------------------------------------------------
+# The loss class
+# --------------------------------------------------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="kitm")
+class AdaptiveMarginTripletLoss(RetrievalLoss):
+    """Symmetric triplet loss on L2 distances with margins m_x, m_y that a callback adapts (Eqs. 10-13).
+
+    Uses `y_true["image_index"]` when present (same-image samples are not negatives).
+
+    Args:
+      margin_x, margin_y: initial margins of image and caption anchors (paper: 0.2).
+      sampling: "random" (the paper, Sec. 4.1), "hardest" (closest), "easiest" (furthest) or "all".
+      squared: squared L2 distances instead of L2.
+      seed: op seed of the random sampler (None: nondeterministic).
+    State (create the loss inside `strategy.scope()`): `margin_x`, `margin_y` (non-trainable variables,
+    assigned by `kitm.callbacks.AdaptiveMarginCallback`) and the satisfied/used counters read by
+    `statistics()`. Terms: "i2t", "t2i".
+    """
+
+    term_names = ("i2t", "t2i")
+
+    def __init__(self, margin_x: float = 0.2, margin_y: float = 0.2, sampling: str = "random",
+                 squared: bool = False, seed: int | None = None, name: str = "adaptive_triplet",
+                 reduction: str = "sum", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}; got {sampling!r}.")
+        self.initial_margins = (_check_margin("margin_x", margin_x), _check_margin("margin_y", margin_y))
+        self.sampling = sampling
+        self.squared = bool(squared)
+        self.seed = None if seed is None else int(seed)
+        self.margin_x = tf.Variable(self.initial_margins[0], trainable=False, dtype=tf.float32, name=f"{name}_margin_x")
+        self.margin_y = tf.Variable(self.initial_margins[1], trainable=False, dtype=tf.float32, name=f"{name}_margin_y")
+        # [x, y] counts; int64 so that long accumulation windows cannot lose counts.
+        self.satisfied_counts = _accumulator(f"{name}_satisfied", [2], tf.int64)
+        self.used_counts = _accumulator(f"{name}_used", [2], tf.int64)
+
+    def _negatives(self, image, text, image_index):
+        if self.sampling == "all":
+            return None, None
+        scores = -pairwise_l2_distances(tf.stop_gradient(image), tf.stop_gradient(text), self.squared)
+        negative = negative_mask(scores, image_index)
+        mode = {"random": "random", "hardest": "hardest", "easiest": "easiest"}[self.sampling]
+        captions = samplers.sample_negatives(scores, negative, mode, axis=1, seed=self.seed)
+        # A different op seed for the other direction, so the two draws are independent.
+        images = samplers.sample_negatives(scores, negative, mode, axis=0,
+                                           seed=None if self.seed is None else self.seed + 1)
+        return captions.indices, images.indices
+
+    def compute_terms(self, y_true, y_pred):
+        if not isinstance(y_pred, Mapping) or "image" not in y_pred or "text" not in y_pred:
+            raise ValueError(f"{type(self).__name__} takes y_pred = {{'image': [B, D], 'text': [B, D]}}; got "
+                             f"{type(y_pred).__name__}.")
+        image, text = _check_embeddings(y_pred["image"], y_pred["text"])
+        image_index = self.optional(y_true, "image_index")
+        negative_captions, negative_images = self._negatives(image, text, image_index)
+        terms = adaptive_margin_triplet_terms(
+            image, text, negative_captions, negative_images, margin_x=tf.cast(self.margin_x, image.dtype),
+            margin_y=tf.cast(self.margin_y, image.dtype), image_index=image_index, squared=self.squared)
+        self.satisfied_counts.assign_add(tf.cast(tf.stack([terms.satisfied_x, terms.satisfied_y]), tf.int64))
+        self.used_counts.assign_add(tf.cast(tf.stack([terms.used_x, terms.used_y]), tf.int64))
+        return {"i2t": terms.i2t, "t2i": terms.t2i}
+
+    # Called eagerly by the callback, outside the training step.
+    def statistics(self) -> dict[str, int]:
+        """Satisfied and used negatives since the last reset, summed over replicas."""
+        satisfied = np.sum(replica_local_values(self.satisfied_counts), axis=0)
+        used = np.sum(replica_local_values(self.used_counts), axis=0)
+        return {"satisfied_x": int(satisfied[0]), "used_x": int(used[0]),
+                "satisfied_y": int(satisfied[1]), "used_y": int(used[1])}
+
+    def reset_statistics(self) -> None:
+        assign_replica_local(self.satisfied_counts, np.zeros(2, np.int64))
+        assign_replica_local(self.used_counts, np.zeros(2, np.int64))
+
+    def statistics_state(self):
+        """Every replica's raw counters, for `restore_statistics` (e.g. around a validation run)."""
+        return replica_local_values(self.satisfied_counts), replica_local_values(self.used_counts)
+
+    def restore_statistics(self, state) -> None:
+        satisfied, used = state
+        assign_replica_local(self.satisfied_counts, list(satisfied))
+        assign_replica_local(self.used_counts, list(used))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(margin_x=self.initial_margins[0], margin_y=self.initial_margins[1], sampling=self.sampling,
+                      squared=self.squared, seed=self.seed)
+        return config
