@@ -85,3 +85,8 @@ def test_negative_margin_is_rejected():
         TripletLoss(margin=-0.1)
     with pytest.raises(ValueError, match=r"\[B, B\]"):
         triplet_loss(np.zeros(3))
+
+
+def test_y_pred_must_be_the_embedding_dict():
+    with pytest.raises(ValueError, match=r"y_pred = \{'image'"):
+        TripletLoss()(None, np.zeros((2, 2)))

@@ -69,6 +69,9 @@ class RetrievalLoss(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras' Loss.__call__ casts every y_true entry to the loss dtype and rejects None; kitm's y_true is a
         # dict that mixes float relevance with integer indices (or is None), so only y_pred is cast here.
+        if not isinstance(y_pred, Mapping):
+            raise ValueError(f"{type(self).__name__} takes y_pred = {{'image': [B, D], 'text': [B, D]}}; got "
+                             f"{type(y_pred).__name__}.")
         with tf.name_scope(self.name):
             y_pred = {key: tf.cast(value, self.dtype) for key, value in y_pred.items()}
             values = self.call(y_true, y_pred)
