@@ -77,6 +77,9 @@ flags.DEFINE_string("run_dir", None, "Run directory (default runs/<dataset>).")
 flags.DEFINE_integer("eval_every_epochs", 5, "Validation retrieval every this many epochs (0: never).",
                      lower_bound=0)
 flags.DEFINE_integer("eval_images", 1000, "Validation images used by the periodic evaluation.", lower_bound=1)
+flags.DEFINE_enum("eval_relevance", "auto", ["auto", "none", "truth", "cider", "sbert"],
+                  "Relevance behind the validation NCS, SR and CS figures (auto: truth when the dataset has it, "
+                  "else none).")
 flags.DEFINE_bool("export", True, "Export a SavedModel at the end.")
 flags.DEFINE_bool("progress", True, "Progress bars.")
 
@@ -157,6 +160,9 @@ def check_flags_against_data(info) -> None:
     if FLAGS.batch_size > samples:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} is larger than the {samples} training samples of "
                           f"{FLAGS.data_dir}; lower --batch_size.")
+    if FLAGS.eval_relevance == "truth" and "truth" not in info.relevance:
+        raise LaunchError(f"--eval_relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
+                          f"slots {sorted(info.relevance) or 'none'}.")
     if FLAGS.relevance == "truth" and "truth" not in info.relevance:
         raise LaunchError(f"--relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
                           f"slots {sorted(info.relevance) or 'none'}.")
@@ -166,6 +172,26 @@ def check_flags_against_data(info) -> None:
     if FLAGS.image_encoder != "features_mlp" and info.image_mode != "encoded":
         raise LaunchError(f"--image_encoder={FLAGS.image_encoder} needs images; {FLAGS.data_dir} holds "
                           f"{info.image_mode} features: use --image_encoder=features_mlp.")
+
+
+def evaluation_relevance(data_dir: pathlib.Path, split: str, info, limit: int | None) -> dict:
+    """RetrievalEvaluation's relevance argument for --eval_relevance: a matrix (truth, for the first `limit`
+    images of the split) or a function of the captions (cider, sbert); {} for none."""
+    source = FLAGS.eval_relevance
+    if source == "auto":
+        source = "truth" if "truth" in info.relevance else "none"
+    if source == "none":
+        return {}
+    if source == "truth":
+        from kitm.eval.split_data import read_split, split_relevance
+
+        subset = read_split(data_dir, split, limit=limit, with_images=False)
+        return {"relevance": split_relevance(subset, "truth")}
+    import functools
+
+    from kitm.eval.relevance_sources import caption_relevance
+
+    return {"relevance_fn": functools.partial(caption_relevance, source)}
 
 
 def learning_rate_schedule(steps_per_epoch: int):
@@ -280,7 +306,9 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         val = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.eval_images)
         callbacks.append(RetrievalEvaluation(val, captions_per_image=info.captions_per_image,
                                              every_epochs=FLAGS.eval_every_epochs,
-                                             jsonl_path=str(run_dir / "evaluations.jsonl")))
+                                             jsonl_path=str(run_dir / "evaluations.jsonl"),
+                                             log_dir=str(run_dir / "logs" / "validation"),
+                                             **evaluation_relevance(data_dir, eval_split, info, FLAGS.eval_images)))
     callbacks += [
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),
@@ -295,7 +323,9 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         print(f"Evaluating on the {test_split} split.")
         test = evaluation_dataset(data_dir, test_split, tokenizer, config)
         images, texts, _ = embed_dataset(model, test, progress=FLAGS.progress, total=info.num_images(test_split))
-        report = evaluate(similarity_matrix(images, texts), captions_per_image=info.captions_per_image)
+        relevance = evaluation_relevance(data_dir, test_split, info, limit=None).get("relevance")
+        report = evaluate(similarity_matrix(images, texts), captions_per_image=info.captions_per_image,
+                          relevance=relevance)
         print(format_report(report, test_split, images.shape[0]))
 
     export_path = None
@@ -331,6 +361,9 @@ def format_report(report: dict, split: str, num_images: int) -> str:
         figures = report[direction]
         recalls = "  ".join(f"R@{k} {v:6.2f}" for k, v in figures["recall_vse"].items())
         lines.append(f"  {label:12s} {recalls}  medr {figures['medr']:.1f}  meanr {figures['meanr']:.1f}")
+        if "ncs" in figures:
+            semantic = "  ".join(f"NCS@{k} {v:6.2f}" for k, v in figures["ncs"].items())
+            lines.append(f"  {'':12s} {semantic}  (NCS against the relevance of every caption to every image)")
     return "\n".join(lines)
 
 

@@ -39,7 +39,8 @@ def test_mirrored_run_trains_evaluates_and_writes_everything(mirrored_run):
     assert summary["replicas"] == 2
     assert summary["epochs_run"] == 2 and summary["steps_per_epoch"] == 96 // 16
     assert np.isfinite(summary["final_train_metrics"]["loss"])
-    assert set(summary["test"]) >= {"i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10"}
+    assert set(summary["test"]) >= {"i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10",
+                                    "i2t_NCS@1", "t2i_SR@10"}  # the synthetic world's truth gives NCS and SR
     assert summary["flags"]["strategy"] == "mirrored"
     assert "text->image" in result.stdout
     for name in ("vocabulary.txt", "checkpoints/last.weights.h5", "evaluations.jsonl", "export/1/saved_model.pb"):
@@ -62,7 +63,8 @@ def test_tensorboard_has_every_loss_term_learning_rate_and_recall(mirrored_run):
                 tags[writer].update(value.tag for value in event.summary.value)
     assert {"epoch_loss", "epoch_triplet/i2t", "epoch_triplet/t2i", "epoch_learning_rate"} <= tags["train"]
     # Keras' TensorBoard callback writes the "val_" figures to the validation writer without the prefix.
-    assert {"epoch_i2t_R@1", "epoch_t2i_R@10", "epoch_rsum"} <= tags["validation"]
+    assert {"epoch_i2t_R@1", "epoch_t2i_R@10", "epoch_rsum", "epoch_i2t_NCS@1"} <= tags["validation"]
+    assert any(tag.startswith("retrieval_top5/") for tag in tags["validation"])  # the top-5 image summaries
 
 
 SERVE = textwrap.dedent("""

@@ -8,6 +8,9 @@ everywhere: descending score, ties by ascending candidate index.
 - :func:`evaluate_folds`, :func:`evaluate_coco_protocols`: COCO 1K (five-fold mean) and 5K.
 - :func:`coherent_score`: CS@K, mean Kendall tau-b of the top K (ladder loss paper).
 - :func:`mean_average_precision`, :func:`neighbourhood_preservation`, :func:`n_way_recall`.
+- :func:`build_report`: all of the above for one similarity matrix (shared by the
+  ``python -m kitm.eval`` CLI, :mod:`kitm.eval.cli`, and the RetrievalEvaluation callback);
+  :func:`coherent_scores`: CS@K both directions with one caption per image.
 """
 
 from kitm.eval.coherent import coherent_score, coherent_score_per_query
@@ -17,6 +20,7 @@ from kitm.eval.neighbourhood import nearest_neighbour_indices, neighbourhood_pre
 from kitm.eval.nway import n_way_recall
 from kitm.eval.protocols import evaluate_coco_protocols, evaluate_folds
 from kitm.eval.ranking import top_k_indices
+from kitm.eval.report import build_report, coherent_cutoffs, coherent_scores, flatten_figures, format_report
 from kitm.eval.retrieval import (
     GroundTruthRanks,
     ground_truth_ranks,
@@ -28,11 +32,16 @@ from kitm.eval.semantic import ncs_score, semantic_recall, semantic_relevant_ima
 
 __all__ = [
     "GroundTruthRanks",
+    "build_report",
+    "coherent_cutoffs",
+    "coherent_scores",
     "coherent_score",
     "coherent_score_per_query",
     "evaluate",
     "evaluate_coco_protocols",
     "evaluate_folds",
+    "flatten_figures",
+    "format_report",
     "ground_truth_ranks",
     "kendall_tau_b",
     "mean_average_precision",

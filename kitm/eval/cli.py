@@ -1,0 +1,258 @@
+"""``python -m kitm.eval``: score a run directory or a saved similarity matrix; JSON report + table.
+
+Two ways in:
+
+1. A run directory of ``python -m kitm.launch``::
+
+     python -m kitm.eval --run_dir=runs/synthetic --split=test --relevance=truth
+
+   reads ``summary.json`` for the dataset folder, reads the split's records in evaluation order,
+   embeds images and captions through the run's SavedModel (``export/1``: ``encode_image``,
+   ``encode_text``), and scores ``sims = images @ captions.T``.
+
+2. A similarity matrix from anywhere (a model trained elsewhere)::
+
+     python -m kitm.eval --sims=sims.npy [--relevance_matrix=cider.npy] [--captions_per_image=5]
+     python -m kitm.eval --sims=sims.json --data_dir=tfrecords/coco --split=test --relevance=cider
+
+   ``--sims`` is [images, captions] as ``.npy`` or as the NCS reference's JSON (a nested list, one
+   row per image: furkanbiten/ncs_metric ``eval.py --model_path``); ``--relevance_matrix`` is
+   [captions, images] as ``.npy``, JSON or the reference's CSV (:mod:`kitm.eval.matrix_io`). With
+   ``--data_dir`` the relevance is computed from that split's captions (its images must be the
+   rows of ``--sims``, in evaluation order).
+
+Relevance sources (``--relevance``): none, truth (synthetic data), cider, sbert, spice;
+:mod:`kitm.eval.relevance_sources` defines each. The report (:mod:`kitm.eval.report`) holds R^V,
+R, medr, meanr, mAP, and with relevance NCS, SR and CS@K, both directions, plus the COCO 1K
+five-fold means when the set has 5 * ``--fold_size`` images. It is written atomically to
+``--out`` (default ``<run_dir>/eval_<split>_<relevance>.json``, or beside ``--sims``) and printed
+as a table. Bad input ends with one line ``kitm.eval: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+
+from kitm.eval.matrix_io import load_matrix, save_matrix
+from kitm.eval.relevance_sources import RELEVANCE_SOURCES, RelevanceUnavailable
+from kitm.eval.report import build_report, flatten_figures, format_report, rsum, write_json_atomically
+
+PROG = "kitm.eval"
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """Bad arguments or input: printed as one line, exit status 2."""
+
+
+_EXAMPLES = """examples:
+  python -m kitm.eval --run_dir=runs/synthetic --split=test --relevance=truth
+  python -m kitm.eval --run_dir=runs/f30k --relevance=cider --out=f30k_test.json
+  python -m kitm.eval --sims=sims.json --relevance_matrix=f30k_cider.npy
+  python -m kitm.eval --sims=sims.npy --data_dir=tfrecords/coco --split=test --relevance=sbert
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block: the same shape as every other error
+        raise CliError(f"{message} (see python -m {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Score a kitm run directory or a saved similarity matrix: a JSON report and a "
+                                 "table.",
+                     epilog=_EXAMPLES)
+    source = parser.add_argument_group("what to score (one of --run_dir, --sims)")
+    source.add_argument("--run_dir", help="Run directory of python -m kitm.launch (summary.json, export/1).")
+    source.add_argument("--sims", help="Similarity matrix [images, captions]: .npy, or .json as the NCS reference "
+                                       "stores it (a list of rows, one per image), or .csv.")
+    source.add_argument("--export_dir", help="SavedModel to embed with (default <run_dir>/export/1).")
+    source.add_argument("--data_dir", help="Dataset folder (default: the run's, from summary.json). With --sims: "
+                                           "the dataset whose split the rows and columns of --sims are.")
+    source.add_argument("--split", default="test", help="Split of the dataset to score (default test).")
+    source.add_argument("--num_images", type=int, help="Score only the first N images of the split "
+                                                       "(evaluation order).")
+    source.add_argument("--captions_per_image", type=int,
+                        help="Captions per image of --sims without --data_dir (default 5); otherwise the dataset's.")
+    relevance = parser.add_argument_group("relevance (enables NCS, SR and CS)")
+    relevance.add_argument("--relevance", default="none", choices=RELEVANCE_SOURCES,
+                           help="Relevance source computed from the split: truth (synthetic data), cider, sbert, "
+                                "spice (default none).")
+    relevance.add_argument("--relevance_matrix", help="Precomputed relevance [captions, images] (.npy, .json, "
+                                                      ".csv), instead of --relevance.")
+    relevance.add_argument("--sbert_model", help="Sentence-transformers model name or path for --relevance=sbert "
+                                                 "(default: the bundled all-MiniLM-L6-v2).")
+    metrics = parser.add_argument_group("metrics")
+    metrics.add_argument("--ks", default="1,5,10", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10).")
+    metrics.add_argument("--cs_ks", help="CS cut-offs (default: N/10 and N for N images, the ladder paper's "
+                                         "CS@100/1000 on 1K and CS@500/5000 on 5K).")
+    metrics.add_argument("--include_gt", action="store_true",
+                         help="NCS and SR keep each query's own ground truth (the NCS reference's include_anns).")
+    metrics.add_argument("--semantic_threshold", type=int, default=1,
+                         help="m of SR: the m most relevant images extend the ground truth (default 1).")
+    metrics.add_argument("--fold_size", type=int, default=1000,
+                         help="Images per fold of the COCO 1K protocol, reported when the set has 5 folds "
+                              "(default 1000).")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", help="JSON report path (default <run_dir>/eval_<split>_<relevance>.json, or "
+                                      "<sims stem>.eval_<relevance>.json beside --sims).")
+    output.add_argument("--save_sims", help="Also save the similarity matrix (.npy or .json).")
+    output.add_argument("--batch_size", type=int, default=128, help="Inputs per SavedModel call (default 128).")
+    output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="Progress bars on stderr (default on).")
+    return parser
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise CliError(f"{flag} must be comma-separated integers; got {text!r}.") from None
+    if not values:
+        raise CliError(f"{flag} must hold at least one integer; got {text!r}.")
+    return values
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    if bool(args.run_dir) == bool(args.sims):
+        raise CliError("give exactly one of --run_dir (score a kitm run) and --sims (score a saved similarity "
+                       "matrix).")
+    if args.relevance_matrix and args.relevance != "none":
+        raise CliError(f"give --relevance={args.relevance} or --relevance_matrix, not both.")
+    if args.sims and args.export_dir:
+        raise CliError("--export_dir embeds a run's split; it cannot be combined with --sims.")
+    if args.sims and args.relevance != "none" and not args.data_dir:
+        raise CliError(f"--relevance={args.relevance} with --sims needs the captions of the scored split: pass "
+                       "--data_dir (and --split), or pass --relevance_matrix.")
+    for flag in ("num_images", "captions_per_image", "fold_size", "batch_size", "semantic_threshold"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise CliError(f"--{flag} must be a positive integer; got {value}.")
+
+
+def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
+    if args.run_dir:
+        return pathlib.Path(args.run_dir) / f"eval_{args.split}_{relevance_name}.json"
+    sims = pathlib.Path(args.sims)
+    return sims.with_name(f"{sims.stem}.eval_{relevance_name}.json")
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check_arguments(args)
+    ks = _int_list(args.ks, "--ks")
+    cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
+    seconds: dict[str, float] = {}
+    source: dict[str, object] = {"split": None}
+    data = None
+    started = time.time()
+    if args.run_dir:
+        from kitm.eval.run_dir import EXPORT_SUBDIR, embed_with_saved_model, load_saved_model, read_summary, \
+            run_data_dir
+        from kitm.eval.split_data import read_split
+
+        summary = read_summary(args.run_dir)
+        data_dir = run_data_dir(args.run_dir, summary, args.data_dir)
+        export_dir = pathlib.Path(args.export_dir) if args.export_dir else pathlib.Path(args.run_dir) / EXPORT_SUBDIR
+        loaded = load_saved_model(export_dir)
+        data = read_split(data_dir, args.split, limit=args.num_images)
+        if args.relevance == "truth" and data.scene_facts is None:  # fail before the costly embedding
+            raise CliError(f"--relevance=truth needs the synthetic world's facts; the dataset at {data_dir} has "
+                           f"relevance slots {sorted(data.info.relevance) or 'none'}.")
+        images, texts = embed_with_saved_model(loaded, data.captions, data.images, batch_size=args.batch_size,
+                                               progress=args.progress)
+        sims = images @ texts.T
+        source.update(run_dir=str(args.run_dir), export_dir=str(export_dir), data_dir=str(data_dir),
+                      split=args.split)
+        seconds["embedding"] = time.time() - started
+    else:
+        sims = load_matrix(args.sims, "--sims")
+        source.update(sims=str(args.sims))
+        if args.data_dir:
+            from kitm.eval.split_data import read_split
+
+            data = read_split(args.data_dir, args.split, limit=args.num_images, with_images=False)
+            expected = (data.num_images, data.num_images * data.captions_per_image)
+            if sims.shape != expected:
+                raise CliError(f"--sims has shape {sims.shape}, but split '{args.split}' of {args.data_dir} has "
+                               f"{expected[0]} images and {expected[1]} captions: expected [images, captions] = "
+                               f"{list(expected)}.")
+            source.update(data_dir=str(args.data_dir), split=args.split)
+    if data is not None:
+        cpi = data.captions_per_image
+        if args.captions_per_image is not None and args.captions_per_image != cpi:
+            raise CliError(f"--captions_per_image={args.captions_per_image} disagrees with the dataset, which has "
+                           f"{cpi} captions per image.")
+    else:
+        cpi = args.captions_per_image or 5
+    if args.save_sims:
+        save_matrix(args.save_sims, sims)
+
+    relevance = None
+    relevance_name = args.relevance
+    started = time.time()
+    if args.relevance_matrix:
+        relevance = load_matrix(args.relevance_matrix, "--relevance_matrix")
+        relevance_name = "matrix"
+    elif args.relevance != "none":
+        from kitm.eval.split_data import split_relevance
+
+        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress)
+        seconds["relevance"] = time.time() - started
+
+    started = time.time()
+    report = build_report(sims, captions_per_image=cpi, relevance=relevance, ks=ks, include_gt=args.include_gt,
+                          semantic_threshold=args.semantic_threshold, cs_ks=cs_ks, fold_size=args.fold_size)
+    seconds["metrics"] = time.time() - started
+
+    import kitm
+
+    payload = {
+        "kitm_version": kitm.__version__,
+        "source": source,
+        "relevance": {"source": relevance_name, "matrix": args.relevance_matrix,
+                      "sbert_model": args.sbert_model if args.relevance == "sbert" else None},
+        "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
+        **report,
+        "flat": flatten_figures(report["all"]),
+        "rsum": rsum(report["all"]),
+        "seconds": seconds,
+    }
+    out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
+    write_json_atomically(out, payload)
+    what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
+    print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
+    print(f"Report: {out}")
+    return 0
+
+
+def _one_line(error: BaseException) -> str:
+    tf_message = getattr(error, "message", None)  # TensorFlow's errors: the first line names the problem
+    if isinstance(tf_message, str) and tf_message.strip():
+        return " ".join(tf_message.strip().splitlines()[0].split())
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _handled_errors() -> tuple[type[BaseException], ...]:
+    handled: list[type[BaseException]] = [CliError, ValueError, OSError, RelevanceUnavailable]
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "errors"):
+        handled.append(tf.errors.OpError)
+    return tuple(handled)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        args = build_parser().parse_args(argv)
+        return _run(args)
+    except Exception as error:  # noqa: BLE001 (narrowed below; TensorFlow's errors are known only once imported)
+        if not isinstance(error, _handled_errors()):
+            raise
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT

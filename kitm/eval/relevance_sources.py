@@ -1,0 +1,131 @@
+"""Relevance matrices N [num_captions, num_images] of an evaluation set, from one relevance source.
+
+N[c, i] is the relevance of caption c to image i (the NCS reference's orientation, the one
+:func:`kitm.eval.evaluate` takes); image i owns captions i*cpi .. i*cpi + cpi - 1.
+
+- ``cider``: CIDEr-D of caption c against all of image i's captions,
+  ``kitm.relevance.cider_matrix(captions, groups)``, idf from the evaluated set (one document per
+  image), as the NCS reference's ``custom_cider.py`` computes its matrices. Caption c is one of
+  its own image's references, as there.
+- ``sbert``: the ladder paper casts image-sentence relevance as sentence-sentence relevance
+  (cosine of Sentence-BERT embeddings, METHODS.md "SBERT"). With cpi captions per image, kitm
+  takes the mean over image i's captions: ``N[c, i] = mean_j cos(e_c, e_ij) = e_c . mean_j e_ij``
+  for unit embeddings e (caption c again among its own image's captions, so N[c, own] includes
+  cos(e_c, e_c) = 1, like CIDEr above).
+- ``spice``: SPICE of caption c against image i's captions through
+  ``kitm.relevance.spice_matrix`` (pycocoevalcap's Spice); a clear error when unavailable.
+- ``truth``: the synthetic world's exact relevance, ``kitm.data.synthetic.truth_relevance`` of the
+  images' scene facts and the captions' facts, transposed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+RELEVANCE_SOURCES = ("none", "truth", "cider", "sbert", "spice")
+CAPTION_SOURCES = ("cider", "sbert", "spice")
+
+# Captions per truth_relevance call: bounds its [images, captions] temporaries.
+_TRUTH_CHUNK = 4096
+
+
+class RelevanceUnavailable(RuntimeError):
+    """A relevance source cannot run here (a missing optional component); the message says why."""
+
+
+def caption_groups(captions: Sequence[str], captions_per_image: int) -> list[list[str]]:
+    """[c_0 .. c_{I*cpi-1}] -> I groups of cpi captions (image i owns i*cpi .. i*cpi + cpi - 1)."""
+    captions = list(captions)
+    if captions_per_image < 1 or len(captions) % captions_per_image:
+        raise ValueError(f"{len(captions)} captions cannot be grouped into images of captions_per_image="
+                         f"{captions_per_image}.")
+    return [captions[start:start + captions_per_image] for start in range(0, len(captions), captions_per_image)]
+
+
+def cider_relevance(captions: Sequence[str], captions_per_image: int) -> np.ndarray:
+    """CIDEr-D of every caption against every image's captions: float64 [captions, images]."""
+    from kitm.relevance import cider_matrix
+
+    return cider_matrix(list(captions), caption_groups(captions, captions_per_image))
+
+
+def sbert_relevance(captions: Sequence[str], captions_per_image: int, model: object = None, *,
+                    progress: bool = False) -> np.ndarray:
+    """Mean cosine of each caption to each image's captions (module docstring): float32 [captions, images].
+
+    Args:
+      captions: all captions, image-major.
+      captions_per_image: cpi.
+      model: passed to ``kitm.relevance.sentence_embeddings`` (None: the bundled all-MiniLM-L6-v2).
+      progress: progress bar over embedding batches.
+    """
+    sentence_embeddings = _optional("sentence_embeddings", "sentence", "--relevance=sbert")
+    groups = caption_groups(captions, captions_per_image)
+    embeddings = np.asarray(sentence_embeddings(list(captions), model=model, progress=progress), np.float32)
+    # mean_j (e_c . e_ij) = e_c . (mean_j e_ij): one product instead of cpi.
+    centroids = embeddings.reshape(len(groups), captions_per_image, -1).mean(axis=1)
+    return embeddings @ centroids.T
+
+
+def spice_relevance(captions: Sequence[str], captions_per_image: int) -> np.ndarray:
+    """SPICE of every caption against every image's captions: [captions, images]."""
+    spice_matrix = _optional("spice_matrix", "spice", "--relevance=spice")
+    try:
+        return np.asarray(spice_matrix(list(captions), caption_groups(captions, captions_per_image)), np.float64)
+    except (OSError, RuntimeError) as error:  # missing Java, jar or Stanford models
+        raise RelevanceUnavailable(f"SPICE is unavailable: {error}") from error
+
+
+def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *, image_size: int) -> np.ndarray:
+    """The synthetic world's exact relevance, float64 [captions, images].
+
+    Args:
+      scene_facts: int [images, objects, 7] (or [images, objects * 7]).
+      caption_facts: int [captions, 11].
+      image_size: the stored world's image side (``DatasetInfo.image_size``), which sets the
+        relation gap.
+    """
+    from kitm.data import synthetic
+
+    scene_facts = np.asarray(scene_facts)
+    if scene_facts.ndim == 2:
+        scene_facts = scene_facts.reshape(scene_facts.shape[0], -1, len(synthetic.SCENE_FACT_FIELDS))
+    caption_facts = np.asarray(caption_facts)
+    out = np.empty((caption_facts.shape[0], scene_facts.shape[0]), dtype=np.float64)
+    for start in range(0, caption_facts.shape[0], _TRUTH_CHUNK):
+        block = caption_facts[start:start + _TRUTH_CHUNK]
+        out[start:start + len(block)] = synthetic.truth_relevance(scene_facts, block, image_size=image_size).T
+    return out
+
+
+def caption_relevance(source: str, captions: Sequence[str], captions_per_image: int, *,
+                      sbert_model: object = None, progress: bool = False) -> np.ndarray:
+    """N [captions, images] from the captions alone, for `source` in ("cider", "sbert", "spice")."""
+    if source == "cider":
+        return cider_relevance(captions, captions_per_image)
+    if source == "sbert":
+        return sbert_relevance(captions, captions_per_image, sbert_model, progress=progress)
+    if source == "spice":
+        return spice_relevance(captions, captions_per_image)
+    raise ValueError(f"`source` must be one of {CAPTION_SOURCES} to compute relevance from captions; "
+                     f"got {source!r}.")
+
+
+def _optional(name: str, module: str, what: str):
+    """`kitm.relevance.<name>`, else `kitm.relevance.<module>.<name>`, else RelevanceUnavailable."""
+    import importlib
+
+    import kitm.relevance
+
+    found = getattr(kitm.relevance, name, None)
+    if found is None:
+        try:
+            found = getattr(importlib.import_module(f"kitm.relevance.{module}"), name)
+        except (ImportError, AttributeError):
+            raise RelevanceUnavailable(
+                f"{what} needs kitm.relevance.{name}, which this installation of kitm "
+                f"({os.path.dirname(kitm.relevance.__file__)}) does not provide.") from None
+    return found
