@@ -175,7 +175,35 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     assert report["source"]["data_dir"] == str(tiny_synthetic)
     assert report["num_images"] == 12 and report["cs_ks"] == [2, 12]
     assert set(report["all"]["i2t"]) == {"recall", "recall_vse", "medr", "meanr", "map", "ncs", "semantic_recall",
-                                         "coherent_score"}
+                                         "coherent_score", "n_way"}
+    # N-way R@1 for the N of seed 004 that fit 12 images (5 only), as kitm.eval.n_way_recall computes it.
+    from kitm.eval import n_way_recall
+
+    expected = n_way_recall(sims, 5, captions_per_image=5, seed=0)
+    assert report["all"]["i2t"]["n_way"] == {"5": pytest.approx(expected["i2t"])}
+    assert report["all"]["t2i"]["n_way"] == {"5": pytest.approx(expected["t2i"])}
+
+
+def test_run_dir_neighbourhood_preservation_against_sentence_embeddings(run, tiny_synthetic, tmp_path):
+    from kitm.data.pipeline import PipelineConfig, evaluation_dataset
+    from kitm.eval import neighbourhood_preservation
+    from kitm.eval.split_data import read_split
+    from kitm.models.inference import embed_dataset
+    from kitm.relevance import sentence_embeddings
+
+    run_dir, model, tokenizer = run
+    out = tmp_path / "neighbourhood.json"
+    assert main([f"--run_dir={run_dir}", "--split=test", "--neighbourhood=sbert", "--neighbourhood_k=4",
+                 f"--out={out}", "--no-progress"]) == 0
+    figures = json.loads(out.read_text())["neighbourhood_preservation"]
+    config = PipelineConfig(batch_size=5, image_size=32, eval_crop_fraction=1.0)
+    images, texts, _ = embed_dataset(model, evaluation_dataset(tiny_synthetic, "test", tokenizer, config))
+    reference = sentence_embeddings(read_split(tiny_synthetic, "test", with_images=False).captions)
+    per_image = reference.reshape(12, 5, -1).mean(axis=1)
+    per_image /= np.linalg.norm(per_image, axis=1, keepdims=True)
+    assert figures["k"] == 4 and figures["reference"] == "sbert"
+    assert figures["text"] == pytest.approx(neighbourhood_preservation(reference, texts, k=4), abs=1e-6)
+    assert figures["image"] == pytest.approx(neighbourhood_preservation(per_image, images, k=4), abs=1e-6)
 
 
 def _ptb_like(caption):

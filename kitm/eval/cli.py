@@ -38,6 +38,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import RELEVANCE_SOURCES, RelevanceUnavailable
 from kitm.eval.report import build_report, flatten_figures, format_report, rsum, write_json_atomically
@@ -99,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--fold_size", type=int, default=1000,
                          help="Images per fold of the COCO 1K protocol, reported when the set has 5 folds "
                               "(default 1000).")
+    metrics.add_argument("--neighbourhood", default="none", choices=("none", "sbert"),
+                         help="With --run_dir: neighbourhood preservation (seed 004, Table 3) against this text-only "
+                              "space: the share of each item's k nearest neighbours there that stay among its k "
+                              "nearest same-modality neighbours in the learned space (default none).")
+    metrics.add_argument("--neighbourhood_k", type=int, default=200, help="k of --neighbourhood (default 200; "
+                         "capped at the set size minus one).")
     output = parser.add_argument_group("output")
     output.add_argument("--out", help="JSON report path (default <run_dir>/eval_<split>_<relevance>.json, or "
                                       "<sims stem>.eval_<relevance>.json beside --sims).")
@@ -142,12 +150,31 @@ def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
     return sims.with_name(f"{sims.stem}.eval_{relevance_name}.json")
 
 
+def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
+    """Seed 004's Table 3 measure for captions and images. An image's place in the text-only space is the
+    normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
+    from kitm.eval import neighbourhood_preservation
+    from kitm.relevance import sentence_embeddings
+
+    if args.neighbourhood_k < 1:
+        raise CliError(f"--neighbourhood_k must be >= 1; got {args.neighbourhood_k}.")
+    reference_text = sentence_embeddings(list(data.captions), args.sbert_model, progress=args.progress)
+    grouped = reference_text.reshape(images.shape[0], -1, reference_text.shape[1]).mean(axis=1)
+    reference_image = grouped / np.linalg.norm(grouped, axis=1, keepdims=True)
+    k_text = min(args.neighbourhood_k, texts.shape[0] - 1)
+    k_image = min(args.neighbourhood_k, images.shape[0] - 1)
+    return {"reference": args.neighbourhood, "k": args.neighbourhood_k,
+            "text": neighbourhood_preservation(reference_text, texts, k=k_text),
+            "image": neighbourhood_preservation(reference_image, images, k=k_image)}
+
+
 def _run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     ks = _int_list(args.ks, "--ks")
     cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
     seconds: dict[str, float] = {}
     source: dict[str, object] = {"split": None}
+    neighbourhood = None
     data = None
     started = time.time()
     if args.run_dir:
@@ -166,6 +193,8 @@ def _run(args: argparse.Namespace) -> int:
         images, texts = embed_with_saved_model(loaded, data.captions, data.images, batch_size=args.batch_size,
                                                progress=args.progress)
         sims = images @ texts.T
+        if args.neighbourhood != "none":
+            neighbourhood = _neighbourhood_preservation(images, texts, data, args)
         source.update(run_dir=str(args.run_dir), export_dir=str(export_dir), data_dir=str(data_dir),
                       split=args.split)
         seconds["embedding"] = time.time() - started
@@ -218,6 +247,7 @@ def _run(args: argparse.Namespace) -> int:
                       "sbert_model": args.sbert_model if args.relevance == "sbert" else None},
         "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
         **report,
+        "neighbourhood_preservation": neighbourhood,
         "flat": flatten_figures(report["all"]),
         "rsum": rsum(report["all"]),
         "seconds": seconds,
@@ -226,6 +256,9 @@ def _run(args: argparse.Namespace) -> int:
     write_json_atomically(out, payload)
     what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
     print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
+    if neighbourhood is not None:
+        print(f"neighbourhood preservation (k={neighbourhood['k']}, {neighbourhood['reference']} space): "
+              f"images {neighbourhood['image']:.4f}, captions {neighbourhood['text']:.4f}")
     print(f"Report: {out}")
     return 0
 

@@ -31,11 +31,14 @@ import numpy as np
 from kitm.eval import _checks
 from kitm.eval.coherent import coherent_score
 from kitm.eval.evaluation import evaluate
+from kitm.eval.nway import n_way_recall
 from kitm.eval.protocols import average_results, fold_slices
 
 # Short names of the figures for flat scalar keys (TensorBoard tags, JSON lines).
 FIGURE_NAMES = {"recall_vse": "R", "recall": "IR_R", "ncs": "NCS", "semantic_recall": "SR",
-                "coherent_score": "CS"}
+                "coherent_score": "CS", "n_way": "NWAY_R1"}
+# N of the N-way retrieval R@1 (seed 004 reports 5, 20 and 100); those a set is too small for are left out.
+N_WAY = (5, 20, 100)
 COCO_FOLDS = 5
 
 
@@ -100,6 +103,12 @@ def _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_c
         cs = coherent_scores(sims, relevance, captions_per_image=cpi, ks=cs_ks, caption=cs_caption)
         for direction in result:
             result[direction]["coherent_score"] = cs[direction]
+    num_images = sims.shape[0]
+    fitting = [n for n in N_WAY if n <= num_images]  # n - 1 distractor images must exist
+    if fitting:
+        n_way = {n: n_way_recall(sims, n, captions_per_image=cpi, seed=0) for n in fitting}
+        for direction in result:
+            result[direction]["n_way"] = {n: figures[direction] for n, figures in n_way.items()}
     return result
 
 
@@ -230,13 +239,15 @@ def format_report(report: Mapping[str, object], title: str = "") -> str:
         blocks.append(("coco_1k", f"mean over {COCO_FOLDS} folds of {report['fold_size']} images (COCO 1K)"))
     for key, caption in blocks:
         block = report[key]
-        lines.append(f"{caption} (R, IR-R, NCS, SR, mAP in percent; CS is Kendall tau-b)")
+        lines.append(f"{caption} (R, IR-R, NCS, SR, mAP, N-way R@1 in percent; CS is Kendall tau-b)")
         lines += _rows(block, [("R", "recall_vse", True), ("IR-R", "recall", True), ("medr", "medr", False),
                                ("meanr", "meanr", False), ("mAP", "map", False)])
         if "ncs" in block["i2t"]:
             lines += _rows(block, [("NCS", "ncs", True), ("SR", "semantic_recall", True)])
         if "coherent_score" in block["i2t"]:
             lines += _rows(block, [("CS", "coherent_score", True)], digits=4)
+        if "n_way" in block["i2t"]:
+            lines += _rows(block, [("N-way", "n_way", True)])  # R@1 against N - 1 random distractors
         lines.append(f"  rsum {rsum(block):.2f}")
     return "\n".join(lines)
 
