@@ -345,7 +345,7 @@ class _OwnsParameters:
         return [v for _, variables in self.optimizer_groups() for v in variables]
 
     def _parameter_groups(self):
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is abstract: subclasses list their (optimizer, parameters) groups")
 
 
 # --------------------------------------------------------------------------------------------------
