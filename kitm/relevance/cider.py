@@ -58,6 +58,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from kitm.relevance._inputs import check_captions, check_reference_groups
 from kitm.relevance.text_normalization import normalize_captions
 
 __all__ = ["DocumentFrequency", "cider_matrix", "ngram_counts"]
@@ -108,36 +109,6 @@ def _normalization_name(normalize: bool | str) -> str:
     if normalize is False or normalize == "none":
         return "none"
     raise ValueError(f"normalize must be True, False, 'python', 'java' or 'none', got {normalize!r}")
-
-
-def _check_captions(captions: object, name: str) -> list[str]:
-    if isinstance(captions, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, got a single {type(captions).__name__}")
-    try:
-        captions = list(captions)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of strings, got {type(captions).__name__}") from None
-    for index, caption in enumerate(captions):
-        if not isinstance(caption, str):
-            raise TypeError(f"{name}[{index}] must be a str, got {type(caption).__name__}")
-    return captions
-
-
-def _check_groups(reference_groups: object) -> list[list[str]]:
-    if isinstance(reference_groups, (str, bytes)):
-        raise TypeError("reference_groups must be a sequence of sequences of strings, got a single string")
-    try:
-        groups = list(reference_groups)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError("reference_groups must be a sequence of sequences of strings, "
-                        f"got {type(reference_groups).__name__}") from None
-    checked = []
-    for index, group in enumerate(groups):
-        captions = _check_captions(group, f"reference_groups[{index}]")
-        if not captions:
-            raise ValueError(f"reference_groups[{index}] is empty: CIDEr-D needs at least one reference")
-        checked.append(captions)
-    return checked
 
 
 class _NgramTable:
@@ -234,7 +205,7 @@ class DocumentFrequency:
         """Document frequencies with one document per group, as pycocoevalcap counts them."""
         n = _check_order(n)
         name = _normalization_name(normalize)
-        groups = _check_groups(reference_groups)
+        groups = check_reference_groups(reference_groups, "CIDEr-D")
         flat = normalize_captions([caption for group in groups for caption in group], normalize)
         unique: dict[str, int] = {}
         rows = np.fromiter((unique.setdefault(caption, len(unique)) for caption in flat),
@@ -375,8 +346,8 @@ def cider_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
             or not math.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
     name = _normalization_name(normalize)
-    hypotheses = _check_captions(hypotheses, "hypotheses")
-    groups = _check_groups(reference_groups)
+    hypotheses = check_captions(hypotheses, "hypotheses")
+    groups = check_reference_groups(reference_groups, "CIDEr-D")
     if document_frequency is not None:
         if not isinstance(document_frequency, DocumentFrequency):
             raise TypeError("document_frequency must be a DocumentFrequency or None, "

@@ -33,6 +33,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from kitm.relevance._inputs import check_captions, check_reference_groups
+
 __all__ = ["SpiceUnavailableError", "check_spice_available", "spice_matrix", "spice_missing_requirements"]
 
 _SPICE_JAR = "spice-1.0.jar"
@@ -118,36 +120,6 @@ def check_spice_available() -> None:
     raise SpiceUnavailableError("SPICE cannot run: missing " + "; ".join(missing) + ". " + " ".join(advice))
 
 
-def _check_strings(values: object, name: str) -> list[str]:
-    if isinstance(values, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, got a single {type(values).__name__}")
-    try:
-        values = list(values)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of strings, got {type(values).__name__}") from None
-    for index, value in enumerate(values):
-        if not isinstance(value, str):
-            raise TypeError(f"{name}[{index}] must be a str, got {type(value).__name__}")
-    return values
-
-
-def _check_groups(reference_groups: object) -> list[list[str]]:
-    if isinstance(reference_groups, (str, bytes)):
-        raise TypeError("reference_groups must be a sequence of sequences of strings, got a single string")
-    try:
-        groups = list(reference_groups)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError("reference_groups must be a sequence of sequences of strings, "
-                        f"got {type(reference_groups).__name__}") from None
-    checked = []
-    for index, group in enumerate(groups):
-        captions = _check_strings(group, f"reference_groups[{index}]")
-        if not captions:
-            raise ValueError(f"reference_groups[{index}] is empty: SPICE needs at least one reference")
-        checked.append(captions)
-    return checked
-
-
 @contextlib.contextmanager
 def _java_options_for_spice() -> Iterator[None]:
     """Opens the JDK packages SPICE's cache needs, through the launcher's JDK_JAVA_OPTIONS (Java 9+).
@@ -193,8 +165,8 @@ def spice_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
     Raises:
       SpiceUnavailableError: Java or the Stanford CoreNLP jars are missing (nothing is downloaded).
     """
-    hypotheses = _check_strings(hypotheses, "hypotheses")
-    groups = _check_groups(reference_groups)
+    hypotheses = check_captions(hypotheses, "hypotheses")
+    groups = check_reference_groups(reference_groups, "SPICE")
     if isinstance(pairs_per_call, bool) or not isinstance(pairs_per_call, (int, np.integer)) or pairs_per_call < 1:
         raise ValueError(f"pairs_per_call must be a positive integer, got {pairs_per_call!r}")
     if nan_value is not None and not np.isfinite(nan_value):
