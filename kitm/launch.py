@@ -55,9 +55,22 @@ flags.DEFINE_integer("embedding_dim", 1024, "Joint embedding size D.", lower_bou
 flags.DEFINE_integer("word_dim", 300, "Word embedding size.", lower_bound=1)
 flags.DEFINE_integer("text_units", 512, "GRU units per direction.", lower_bound=1)
 # Objective.
-flags.DEFINE_enum("loss", "triplet", ["triplet"], "Training objective.")
-flags.DEFINE_float("margin", 0.2, "Triplet margin.")
+flags.DEFINE_enum("loss", "triplet", ["triplet", "sam", "ladder", "ladder_adaptive", "angular"],
+                  "Training objective: triplet (VSE++); sam (triplet + sam_weight x SAM, seeds 000/002); ladder "
+                  "(fixed thresholds) or ladder_adaptive (k-means levels), seed 001; angular (N-pair, symmetric, "
+                  "seed 004). sam and the ladders need --relevance.")
+flags.DEFINE_float("margin", 0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
 flags.DEFINE_bool("max_violation", True, "Hardest negative (VSE++) instead of the sum over negatives.")
+flags.DEFINE_float("sam_tau", 5.0, "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower_bound=1e-6)
+flags.DEFINE_float("sam_weight", 1.0, "SAM: weight of the adaptive-margin term beside the triplet.", lower_bound=0.0)
+flags.DEFINE_enum("sam_sampling", "hardest", ["hardest", "easiest", "random"], "SAM: negative sampling.")
+flags.DEFINE_enum("sam_pairing", "matched", ["matched", "reference"],
+                  "SAM: each margin with its own negative (matched) or the reference code's pairing (METHODS.md).")
+flags.DEFINE_list("ladder_thresholds", ["0.40"], "Fixed ladder: relevance thresholds, decreasing.")
+flags.DEFINE_list("ladder_margins", ["0.2", "0.01"], "Fixed ladder: one margin per level (thresholds + 1).")
+flags.DEFINE_list("ladder_betas", ["1.0", "0.25"], "Fixed ladder: one weight per level (thresholds + 1).")
+flags.DEFINE_list("ladder_level_bounds", ["2", "4"], "Adaptive ladder: (L_min, L_max) for the k-means levels.")
+flags.DEFINE_float("angle_degrees", 45.0, "Angular loss angle.", lower_bound=1.0, upper_bound=89.0)
 # Optimisation.
 flags.DEFINE_integer("epochs", 30, "Training epochs.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 128, "Global batch size (split over replicas).", lower_bound=2)
@@ -160,6 +173,9 @@ def check_flags_against_data(info) -> None:
     if FLAGS.batch_size > samples:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} is larger than the {samples} training samples of "
                           f"{FLAGS.data_dir}; lower --batch_size.")
+    if FLAGS.loss in ("sam", "ladder", "ladder_adaptive") and FLAGS.relevance == "none":
+        raise LaunchError(f"--loss={FLAGS.loss} learns from graded relevance: set --relevance (e.g. truth for the "
+                          "synthetic world).")
     if FLAGS.eval_relevance == "truth" and "truth" not in info.relevance:
         raise LaunchError(f"--eval_relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
                           f"slots {sorted(info.relevance) or 'none'}.")
@@ -192,6 +208,38 @@ def evaluation_relevance(data_dir: pathlib.Path, split: str, info, limit: int | 
     from kitm.eval.relevance_sources import caption_relevance
 
     return {"relevance_fn": functools.partial(caption_relevance, source)}
+
+
+def _floats(name: str) -> list[float]:
+    try:
+        return [float(value) for value in FLAGS[name].value]
+    except ValueError as error:
+        raise LaunchError(f"--{name}={','.join(FLAGS[name].value)}: {error}") from error
+
+
+def build_objective() -> dict:
+    """The losses for `DualEncoder.compile(losses=...)` from the flags (create under the strategy's scope)."""
+    from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, SAMLoss, TripletLoss
+
+    if FLAGS.loss in ("sam", "ladder", "ladder_adaptive") and FLAGS.relevance == "none":
+        raise LaunchError(f"--loss={FLAGS.loss} learns from graded relevance: set --relevance (e.g. truth for the "
+                          "synthetic world).")
+    try:
+        if FLAGS.loss == "triplet":
+            return {"triplet": TripletLoss(FLAGS.margin, FLAGS.max_violation)}
+        if FLAGS.loss == "sam":
+            return {"sam": SAMLoss(FLAGS.sam_tau, sampling=FLAGS.sam_sampling, pairing=FLAGS.sam_pairing,
+                                   sam_weight=FLAGS.sam_weight, margin=FLAGS.margin,
+                                   max_violation=FLAGS.max_violation, seed=FLAGS.seed)}
+        if FLAGS.loss == "ladder":
+            return {"ladder": LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"),
+                                         _floats("ladder_betas"))}
+        if FLAGS.loss == "ladder_adaptive":
+            bounds = [int(value) for value in _floats("ladder_level_bounds")]
+            return {"ladder": AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin)}
+        return {"angular": AngularLoss(FLAGS.angle_degrees)}
+    except ValueError as error:  # the loss names the argument; say which flag feeds it
+        raise LaunchError(f"--loss={FLAGS.loss}: {error}") from error
 
 
 def learning_rate_schedule(steps_per_epoch: int):
@@ -261,7 +309,6 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
     from kitm.eval import evaluate
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
-    from kitm.losses import TripletLoss
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
     from kitm.serving import export_saved_model
@@ -297,7 +344,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         model.build_from_inputs(train.element_spec[0])
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
-        model.compile(optimizer, losses={"triplet": TripletLoss(FLAGS.margin, FLAGS.max_violation)})
+        model.compile(optimizer, losses=build_objective())
 
     callbacks = [keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.BackupAndRestore(str(run_dir / "backup"))]
