@@ -1,0 +1,86 @@
+"""The Karpathy-split converter: records round trip, restval joins train, bad input is named."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kitm  # noqa: F401
+from kitm.data import schema
+from kitm.data.errors import KitmDataError
+from kitm.data.karpathy import build_karpathy
+from kitm.data.records import parse_record, read_records
+from kitm.data.synthetic_records import encode_png
+
+
+def _entry(name, split, n_captions=5, folder=""):
+    return {"filename": name, "filepath": folder, "split": split,
+            "sentences": [{"raw": f"A photo {name} number {k}."} for k in range(n_captions)]}
+
+
+def _setup(tmp_path, entries, images=None):
+    image_dir = tmp_path / "images"
+    for name in images if images is not None else [e["filename"] for e in entries]:
+        path = image_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_png(np.full((6, 6, 3), len(name), np.uint8)))
+    json_path = tmp_path / "dataset_test.json"
+    json_path.write_text(json.dumps({"images": entries, "dataset": "test"}))
+    return json_path, image_dir
+
+
+def test_round_trip_with_restval_in_train_and_first_five_captions(tmp_path):
+    entries = [_entry("a.png", "train"), _entry("b.png", "restval", n_captions=7), _entry("c.png", "val"),
+               _entry("d.png", "test")]
+    json_path, image_dir = _setup(tmp_path, entries)
+    info = build_karpathy(tmp_path / "out", json_path, image_dir, num_shards=2, progress=False)
+    assert {split: entry["num_images"] for split, entry in info.splits.items()} == {"train": 2, "val": 1, "test": 1}
+    loaded = schema.load_info(tmp_path / "out")
+    spec = schema.feature_spec(loaded)
+    records = [parse_record(p, r, spec) for p, r in read_records(loaded.shard_paths(tmp_path / "out", "train"))]
+    keys = sorted(r["image/key"].numpy().decode() for r in records)
+    assert keys == ["a.png", "b.png"]
+    b = next(r for r in records if r["image/key"].numpy() == b"b.png")
+    assert [c.decode() for c in b["captions"].numpy()] == [f"A photo b.png number {k}." for k in range(5)]
+    assert tf.io.decode_png(b["image/encoded"]).numpy().shape == (6, 6, 3)
+
+
+def test_missing_images_stop_or_are_skipped_and_counted(tmp_path):
+    entries = [_entry("a.png", "train"), _entry("gone.png", "train"), _entry("c.png", "test")]
+    json_path, image_dir = _setup(tmp_path, entries, images=["a.png", "c.png"])
+    with pytest.raises(KitmDataError, match="1 image.*missing.*gone.png.*--missing_images=skip"):
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+    info = build_karpathy(tmp_path / "out", json_path, image_dir, missing_images="skip", progress=False)
+    assert info.splits["train"]["num_images"] == 1 and info.source["skipped_missing"] == 1
+
+
+def test_unreadable_image_is_named(tmp_path):
+    entries = [_entry("a.png", "train"), _entry("bad.jpg", "train")]
+    json_path, image_dir = _setup(tmp_path, entries, images=["a.png"])
+    (image_dir / "bad.jpg").write_bytes(b"this is not a jpeg")
+    with pytest.raises(KitmDataError, match=r"bad.jpg cannot be read as an image"):
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+    assert not (tmp_path / "out" / "dataset.json").exists()  # no finished dataset is claimed
+
+
+def test_malformed_json_entries_are_named(tmp_path):
+    json_path, image_dir = _setup(tmp_path, [{"filename": "a.png", "split": "train"}], images=["a.png"])
+    with pytest.raises(KitmDataError, match=r"image entry 0 lacks field\(s\) \['sentences'\]"):
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+    json_path, image_dir = _setup(tmp_path, [_entry("a.png", "train", n_captions=3)])
+    with pytest.raises(KitmDataError, match="a.png has 3 non-empty captions; kitm needs 5"):
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+    (tmp_path / "not_karpathy.json").write_text("[1, 2]")
+    with pytest.raises(KitmDataError, match="not a Karpathy split file"):
+        build_karpathy(tmp_path / "out", tmp_path / "not_karpathy.json", image_dir, progress=False)
+
+
+def test_build_command_line_reports_errors_in_one_line(tmp_path, capsys):
+    from kitm.data.build import main
+
+    assert main(["--dataset=karpathy", f"--out={tmp_path / 'out'}"]) == 2
+    assert "needs --karpathy_json and --images" in capsys.readouterr().err
+    assert main(["--dataset=synthetic", f"--out={tmp_path / 'syn'}", "--num_scenes=20", "--image_size=32",
+                 "--quiet"]) == 0
+    assert schema.load_info(tmp_path / "syn").num_images("train") >= 1
