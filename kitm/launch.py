@@ -307,7 +307,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
-    from kitm.eval import evaluate
+    from kitm.eval import build_report, format_report
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
@@ -371,9 +371,11 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         test = evaluation_dataset(data_dir, test_split, tokenizer, config)
         images, texts, _ = embed_dataset(model, test, progress=FLAGS.progress, total=info.num_images(test_split))
         relevance = evaluation_relevance(data_dir, test_split, info, limit=None).get("relevance")
-        report = evaluate(similarity_matrix(images, texts), captions_per_image=info.captions_per_image,
-                          relevance=relevance)
-        print(format_report(report, test_split, images.shape[0]))
+        # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included).
+        full_report = build_report(similarity_matrix(images, texts), captions_per_image=info.captions_per_image,
+                                   relevance=relevance)
+        report = full_report["all"]
+        print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
 
     export_path = None
     if FLAGS.export:
@@ -400,18 +402,6 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     write_json_atomically(run_dir / "summary.json", summary)
     print(f"Run summary: {run_dir / 'summary.json'}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
     return summary
-
-
-def format_report(report: dict, split: str, num_images: int) -> str:
-    lines = [f"Retrieval on {split} ({num_images} images), R@K in percent (VSE++ definition):"]
-    for direction, label in (("i2t", "image->text"), ("t2i", "text->image")):
-        figures = report[direction]
-        recalls = "  ".join(f"R@{k} {v:6.2f}" for k, v in figures["recall_vse"].items())
-        lines.append(f"  {label:12s} {recalls}  medr {figures['medr']:.1f}  meanr {figures['meanr']:.1f}")
-        if "ncs" in figures:
-            semantic = "  ".join(f"NCS@{k} {v:6.2f}" for k, v in figures["ncs"].items())
-            lines.append(f"  {'':12s} {semantic}  (NCS against the relevance of every caption to every image)")
-    return "\n".join(lines)
 
 
 def main(argv):
