@@ -25,12 +25,15 @@ import tensorflow as tf
 from official.vision.ops import preprocess_ops
 
 from kitm.data import schema
+from kitm.data.batch_relevance import batch_cider, batch_sentence_relevance
 from kitm.data.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic import truth_relevance_tf
 
 CAPTION_MODES = ("sample", "all")
-RELEVANCE_SOURCES = ("none", "truth")
+# none; truth (the synthetic world's exact relevance); cider (CIDEr-D with the training idf); sbert (cosine of
+# sentence embeddings). Each needs its slot in the records (dataset.json lists them).
+RELEVANCE_SOURCES = ("none", "truth", "cider", "sbert")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class PipelineConfig:
         batch_size: global batch size B (split across replicas).
         image_size: side of the square images fed to the model.
         captions: "sample" draws one caption per image per epoch; "all" makes every caption its own sample.
-        relevance: "truth" (synthetic world) or "none".
+        relevance: "none", "truth" (synthetic world), "cider" or "sbert" (relevance rows stored in the records).
         crop_area: area range of the training random crop.
         flip: random horizontal flips in training.
         eval_crop_fraction: side of the evaluation centre crop relative to the shorter side (0.875 = 224/256).
@@ -113,9 +116,54 @@ def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
     return tf.reduce_mean(regions, axis=0)
 
 
-def caption_facts(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
-    """The synthetic world's per-caption facts [C, width] from a record."""
-    return tf.reshape(parsed[schema.TRUTH_CAPTION_FACTS], [info.captions_per_image, -1])
+def relevance_features(parsed: dict, info: schema.DatasetInfo, source: str) -> tuple[dict, dict]:
+    """A record's relevance features for `source`: (image side, caption side with one row per caption [C, ...]).
+
+    The image side travels with every sample of the image; the caption side with the sample's caption.
+    """
+    captions = info.captions_per_image
+    if source == "truth":
+        return ({"scene_facts": parsed[schema.TRUTH_SCENE_FACTS]},
+                {"caption_facts": tf.reshape(parsed[schema.TRUTH_CAPTION_FACTS], [captions, -1])})
+    if source == "cider":
+        entries = parsed[schema.CIDER_ENTRIES]
+        keys = tf.RaggedTensor.from_row_lengths(parsed[schema.CIDER_KEYS], entries)
+        lengths = parsed[schema.CIDER_LENGTHS]
+        reference_weights = tf.RaggedTensor.from_row_lengths(parsed[schema.CIDER_REFERENCE_WEIGHTS], entries)
+        hypothesis_weights = tf.RaggedTensor.from_row_lengths(parsed[schema.CIDER_HYPOTHESIS_WEIGHTS], entries)
+        # A caption's own entries are held as [1, None]: a rank-1 ragged slice would turn dense in the
+        # pipeline's later maps and could no longer be batched.
+        return ({"cider_reference_keys": keys, "cider_reference_weights": reference_weights,
+                 "cider_reference_lengths": lengths},
+                {"cider_keys": tf.expand_dims(keys, 1), "cider_weights": tf.expand_dims(hypothesis_weights, 1),
+                 "cider_lengths": lengths})
+    if source == "sbert":
+        return {}, {"sbert_embedding": tf.reshape(parsed[schema.SBERT_EMBEDDINGS], [captions, -1])}
+    return {}, {}
+
+
+def batch_relevance_matrix(batch: dict, source: str, info: schema.DatasetInfo, num_replicas: int) -> tf.Tensor:
+    """The batch's [B, B / R] relevance blocks from the features `relevance_features` put in each sample."""
+    if source == "truth":
+        # Relations are judged in the stored scene's pixel coordinates, so the world's own image size.
+        relevance_fn = functools.partial(truth_relevance_tf, image_size=info.image_size)
+        scene = tf.reshape(batch["scene_facts"], [tf.shape(batch["scene_facts"])[0], -1, 7])
+        return block_diagonal_relevance(relevance_fn, scene, batch["caption_facts"], num_replicas)
+    if source == "cider":
+        meta = info.relevance["cider"]
+        references = {"keys": batch["cider_reference_keys"], "weights": batch["cider_reference_weights"],
+                      "lengths": batch["cider_reference_lengths"]}
+        hypotheses = {"keys": batch["cider_keys"].merge_dims(1, 2), "weights": batch["cider_weights"].merge_dims(1, 2),
+                      "lengths": batch["cider_lengths"]}
+        relevance_fn = functools.partial(_cider_images_by_captions, n=int(meta["n"]), sigma=float(meta["sigma"]))
+        return block_diagonal_relevance(relevance_fn, references, hypotheses, num_replicas)
+    # sbert: the relevance of caption q to image p is the cosine of q with p's own caption (the sample's caption).
+    embeddings = batch["sbert_embedding"]
+    return block_diagonal_relevance(batch_sentence_relevance, embeddings, embeddings, num_replicas)
+
+
+def _cider_images_by_captions(references, hypotheses, *, n, sigma):
+    return batch_cider(hypotheses, references, n=n, sigma=sigma)
 
 
 def block_diagonal_relevance(relevance_fn, images_side, captions_side, num_replicas: int) -> tf.Tensor:
@@ -129,11 +177,19 @@ def block_diagonal_relevance(relevance_fn, images_side, captions_side, num_repli
     return tf.reshape(blocks, [num_replicas * b, b])
 
 
+_SLOT_BUILD_HINT = {
+    "truth": "a synthetic dataset",
+    "cider": "a dataset built with --relevance including cider",
+    "sbert": "a dataset built with --relevance including sbert",
+}
+
+
 def _check_relevance_available(info: schema.DatasetInfo, config: PipelineConfig, root) -> None:
-    if config.relevance == "truth" and "truth" not in info.relevance:
+    if config.relevance != "none" and config.relevance not in info.relevance:
         raise KitmDataError(
-            f"relevance='truth' needs the synthetic world's facts, but the dataset at {root} has relevance "
-            f"slots {sorted(info.relevance) or 'none'}; use relevance='none' or a synthetic dataset.")
+            f"relevance={config.relevance!r} needs the records' '{config.relevance}' slot, but the dataset at {root} "
+            f"has relevance slots {sorted(info.relevance) or 'none'}; use relevance='none' or "
+            f"{_SLOT_BUILD_HINT[config.relevance]} (python -m kitm.data.build).")
 
 
 def _records(root, split: str, config: PipelineConfig, training: bool):
@@ -156,25 +212,23 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
         raise KitmDataError(
             f"batch_size {config.batch_size} is larger than the {samples} training samples of split '{split}' "
             f"in {root}; lower --batch_size.")
-    use_truth = config.relevance == "truth"
+    source = config.relevance
 
     def to_samples(parsed):
-        image = image_input(parsed, info)
-        sample = {"image": image, "image_index": tf.cast(parsed["image/id"], tf.int32)}
-        facts = caption_facts(parsed, info) if use_truth else None
-        if use_truth:
-            sample["scene_facts"] = parsed[schema.TRUTH_SCENE_FACTS]
+        # Every caption of the image becomes a candidate sample (image side repeated, caption side sliced);
+        # "sample" then keeps one at random per epoch, "all" keeps them all.
+        image_side, caption_side = relevance_features(parsed, info, source)
+        image_side = {"image": image_input(parsed, info), "image_index": tf.cast(parsed["image/id"], tf.int32),
+                      **image_side}
+        per_caption = {"caption": parsed["captions"], "caption_index": tf.cast(parsed["caption/ids"], tf.int32),
+                       **caption_side}
+        same_image = tf.zeros([info.captions_per_image], tf.int32)
+        repeated = {key: tf.gather(tf.expand_dims(value, 0), same_image) for key, value in image_side.items()}
+        candidates = tf.data.Dataset.from_tensor_slices({**repeated, **per_caption})
         if config.captions == "all":
-            per_caption = {"caption": parsed["captions"], "caption_index": tf.cast(parsed["caption/ids"], tf.int32)}
-            if use_truth:
-                per_caption["caption_facts"] = facts
-            repeated = {key: tf.repeat(value[None], info.captions_per_image, axis=0) for key, value in sample.items()}
-            return tf.data.Dataset.from_tensor_slices({**repeated, **per_caption})
-        k = tf.random.uniform([], 0, info.captions_per_image, dtype=tf.int32)
-        sample.update(caption=parsed["captions"][k], caption_index=tf.cast(parsed["caption/ids"][k], tf.int32))
-        if use_truth:
-            sample["caption_facts"] = facts[k]
-        return tf.data.Dataset.from_tensors(sample)
+            return candidates
+        k = tf.random.uniform([], 0, info.captions_per_image, dtype=tf.int64)
+        return candidates.skip(k).take(1)
 
     if config.cache:
         records = records.cache()
@@ -200,12 +254,8 @@ def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo
     def convert(batch):
         x = {"image": batch["image"], "tokens": tokenizer(batch["caption"])}
         y = {"image_index": batch["image_index"], "caption_index": batch["caption_index"]}
-        if config.relevance == "truth":
-            # Relations are judged in the stored scene's pixel coordinates, so the world's own image size.
-            relevance_fn = functools.partial(truth_relevance_tf, image_size=info.image_size)
-            scene = tf.reshape(batch["scene_facts"], [tf.shape(batch["scene_facts"])[0], -1, 7])
-            y["relevance"] = block_diagonal_relevance(relevance_fn, scene, batch["caption_facts"],
-                                                      config.num_replicas)
+        if config.relevance != "none":
+            y["relevance"] = batch_relevance_matrix(batch, config.relevance, info, config.num_replicas)
         return x, y
 
     return convert

@@ -14,7 +14,7 @@ Version 1 features of every record:
 | image/regions_shape     | int64 [0|2]   | (R, F) of image/regions                                      |
 | captions                | bytes [C]     | the image's captions, UTF-8                                  |
 | caption/ids             | int64 [C]     | a dataset-wide id per caption (image/id * C + k for aligned) |
-| relevance/<name>/...    | any           | named relevance slots (see RELEVANCE_SLOTS)                  |
+| relevance/<slot>/...    | any           | named relevance slots (tfrecords/README.md, the constants below) |
 
 A dataset is a folder of shards plus `dataset.json` (`DatasetInfo`), written last, so a folder without it is
 an unfinished build.
@@ -41,6 +41,16 @@ IMAGE_MODES = ("encoded", "feature", "regions")
 # "truth": the synthetic world's facts (exact relevance); later issues add cider, sbert and neighbours.
 TRUTH_SCENE_FACTS = "relevance/truth/scene_facts"      # int64 [MAX_OBJECTS * 7]
 TRUTH_CAPTION_FACTS = "relevance/truth/caption_facts"  # int64 [C * CAPTION_FACT_WIDTH]
+# "cider": each caption's CIDEr-D entries under the training idf (kitm.relevance.cider_features), caption-major.
+CIDER_KEYS = "relevance/cider/keys"                                  # int64 [E] (n-gram, level) keys
+CIDER_HYPOTHESIS_WEIGHTS = "relevance/cider/hypothesis_weights"      # float [E]
+CIDER_REFERENCE_WEIGHTS = "relevance/cider/reference_weights"        # float [E]
+CIDER_ENTRIES = "relevance/cider/entries"                            # int64 [C] entries per caption
+CIDER_LENGTHS = "relevance/cider/lengths"                            # int64 [C] bigram counts
+# "sbert": unit sentence embeddings; "neighbors": k nearest captions of other images (caption ids, cosines).
+SBERT_EMBEDDINGS = "relevance/sbert/embeddings"                      # float [C * D]
+NEIGHBOR_CAPTION_IDS = "relevance/neighbors/caption_ids"             # int64 [C * k]
+NEIGHBOR_SCORES = "relevance/neighbors/scores"                       # float [C * k]
 
 
 @dataclasses.dataclass
@@ -138,5 +148,7 @@ def feature_spec(info: DatasetInfo) -> dict[str, Any]:
         raise KitmDataError(f"Unknown image_mode {info.image_mode!r}; expected one of {IMAGE_MODES}.")
     for slot, meta in info.relevance.items():
         for key, (dtype, length) in meta["features"].items():
-            spec[key] = tf.io.FixedLenFeature([int(length)], tf.as_dtype(dtype))
+            # A length of None marks a per-record variable length (parse_record densifies it).
+            spec[key] = (tf.io.VarLenFeature(tf.as_dtype(dtype)) if length is None
+                         else tf.io.FixedLenFeature([int(length)], tf.as_dtype(dtype)))
     return spec

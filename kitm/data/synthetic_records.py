@@ -6,12 +6,15 @@ import io
 import os
 import pathlib
 
+from collections.abc import Sequence
+
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards
+from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, compute_relevance_rows
 
 
 def encode_png(image: np.ndarray) -> bytes:
@@ -20,12 +23,19 @@ def encode_png(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+DEFAULT_SYNTHETIC_RELEVANCE = ("cider",)
+
+
 def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int = 0, image_size: int = 64,
-                    captions_per_image: int = 5, num_shards: int = 4, progress: bool = True) -> schema.DatasetInfo:
+                    captions_per_image: int = 5, num_shards: int = 4, progress: bool = True,
+                    relevance: Sequence[str] = DEFAULT_SYNTHETIC_RELEVANCE, sentence_model: str | None = None,
+                    neighbors_k: int = DEFAULT_NEIGHBORS_K) -> schema.DatasetInfo:
     """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
 
-    Shards that already exist are kept, so a killed build resumes; the world is regenerated from the seed,
-    which is deterministic, so the remaining shards match the ones kept.
+    Every record carries the world's exact relevance ("truth") and the relevance rows of `relevance`
+    (any of "cider", "sbert", "neighbors"; `kitm.relevance.rows`), so the papers' own sources can be compared
+    with the truth. Shards that already exist are kept, so a killed build resumes; the world is regenerated from
+    the seed, which is deterministic, so the remaining shards match the ones kept.
     """
     from kitm.data import synthetic  # the generator is only needed when building
 
@@ -41,12 +51,18 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
             "definition": "kitm.data.synthetic.truth_relevance (exact relevance of a caption to an image)",
         }
     }
+    members_of = {split: np.flatnonzero(world.splits == split) for split in schema.SPLITS}
+    members_of = {split: members for split, members in members_of.items() if members.size}
+    rows = compute_relevance_rows(
+        out, {split: [world.captions[i] for i in members] for split, members in members_of.items()},
+        {split: members[:, None] * captions_per_image + np.arange(captions_per_image)
+         for split, members in members_of.items()},
+        captions_per_image=captions_per_image, sources=relevance, sentence_model=sentence_model,
+        neighbors_k=neighbors_k, progress=progress)
+    relevance_meta.update(rows.meta)
     splits = {}
     bar = tqdm(total=num_scenes, desc=f"writing {out}", unit="image", disable=not progress)
-    for split in schema.SPLITS:
-        members = np.flatnonzero(world.splits == split)
-        if members.size == 0:
-            continue
+    for split, members in members_of.items():
 
         def records(index_range, members=members, split=split):
             for position in index_range:
@@ -56,7 +72,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
                     caption_ids=[i * captions_per_image + k for k in range(captions_per_image)],
                     image_encoded=encode_png(world.images[i]),
                     extra={schema.TRUTH_SCENE_FACTS: world.scene_facts[i],
-                           schema.TRUTH_CAPTION_FACTS: world.caption_facts[i]})
+                           schema.TRUTH_CAPTION_FACTS: world.caption_facts[i], **rows.features(split, position)})
 
         shards = num_shards if split == "train" else max(1, num_shards // 4)
         names, sizes = write_shards(out, split, int(members.size), shards, records, progress=bar.update)
@@ -66,6 +82,6 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         name="synthetic", captions_per_image=captions_per_image, image_mode="encoded", splits=splits,
         image_size=image_size, relevance=relevance_meta,
         source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
-                "image_size": image_size})
+                "image_size": image_size, "relevance_rows": list(relevance)})
     schema.save_info(out, info)
     return info

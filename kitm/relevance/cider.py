@@ -278,12 +278,13 @@ def _document_frequency(reference_counts: sp.csr_matrix, group_sizes: Sequence[i
     return np.bincount(present.indices, minlength=reference_counts.shape[1]).astype(np.int64)
 
 
-def _level_matrices(table: _NgramTable, idf: np.ndarray, n: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """The two factors of S = A B^T over (n-gram, level) columns, for every caption of ``table``.
+def _level_entries(table: _NgramTable, idf: np.ndarray, n: int):
+    """Every (caption, n-gram, level t < tf) entry with its factors of S = A B^T, caption-major.
 
     A[c, (g, t)] = [tf_c(g) >= t] / |v_c|_k and B[c, (g, t)] = idf(g)^2 tf_c(g) [tf_c(g) >= t] / |v_c|_k,
     k the order of g, with 1/|v| taken as 0 for a zero norm (pycocoevalcap then skips the
     division, and its numerator is 0 anyway because idf >= 0).
+    Returns (rows, n-gram columns, levels counted from 0, A values, B values).
     """
     counts = table.counts.tocoo()
     rows, columns, tf = counts.row, counts.col, counts.data.astype(np.int64)
@@ -295,18 +296,22 @@ def _level_matrices(table: _NgramTable, idf: np.ndarray, n: int) -> tuple[sp.csr
     inverse = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms != 0)
     inverse_entry = inverse[rows, order_index]
 
-    # One column per (n-gram, level t <= tf): entry e of the count matrix is repeated tf[e] times.
-    repeat_rows = np.repeat(rows, tf)
-    repeat_columns = np.repeat(columns, tf)
+    # One entry per (n-gram, level t <= tf): entry e of the count matrix is repeated tf[e] times.
     starts = np.cumsum(tf) - tf
     levels = np.arange(int(tf.sum()), dtype=np.int64) - np.repeat(starts, tf)
-    keys = repeat_columns * (int(tf.max(initial=1)) + 1) + levels
-    unique_keys, level_columns = np.unique(keys, return_inverse=True)
-    shape = (table.counts.shape[0], len(unique_keys))
     a_values = np.repeat(inverse_entry, tf)
     b_values = np.repeat(idf[columns] ** 2 * tf * inverse_entry, tf)
-    a = sp.csr_matrix((a_values, (repeat_rows, level_columns)), shape=shape)
-    b = sp.csr_matrix((b_values, (repeat_rows, level_columns)), shape=shape)
+    return np.repeat(rows, tf), np.repeat(columns, tf), levels, a_values, b_values
+
+
+def _level_matrices(table: _NgramTable, idf: np.ndarray, n: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The two factors of S = A B^T over (n-gram, level) columns, for every caption of ``table``."""
+    rows, columns, levels, a_values, b_values = _level_entries(table, idf, n)
+    keys = columns * (int(levels.max(initial=0)) + 2) + levels
+    unique_keys, level_columns = np.unique(keys, return_inverse=True)
+    shape = (table.counts.shape[0], len(unique_keys))
+    a = sp.csr_matrix((a_values, (rows, level_columns)), shape=shape)
+    b = sp.csr_matrix((b_values, (rows, level_columns)), shape=shape)
     a.eliminate_zeros()
     b.eliminate_zeros()
     return a, b

