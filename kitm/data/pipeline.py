@@ -53,6 +53,10 @@ class PipelineConfig:
         deterministic: keep element order under parallelism (reproducible runs).
         seed: seed for file and record shuffling and caption sampling.
         cache: keep decoded records in memory after the first epoch (small datasets).
+        neighbor_batching: build batches from semantic-neighbour pairs and add y["neighbor_position"]
+            (`kitm.data.neighbor_batching`; needs the records' neighbors slot; holds the split's records in memory).
+        neighbor_draw: "mutual" (a seed's partner is drawn among its mutual neighbours when it has any) or
+            "uniform" (among all its k neighbours).
     """
 
     batch_size: int = 128
@@ -67,6 +71,8 @@ class PipelineConfig:
     deterministic: bool = True
     seed: int | None = 0
     cache: bool = False
+    neighbor_batching: bool = False
+    neighbor_draw: str = "mutual"
 
     def __post_init__(self):
         if self.captions not in CAPTION_MODES:
@@ -78,6 +84,8 @@ class PipelineConfig:
                              f"{self.num_replicas} replicas.")
         if not 0 < self.crop_area[0] <= self.crop_area[1] <= 1:
             raise ValueError(f"crop_area must satisfy 0 < low <= high <= 1; got {self.crop_area}.")
+        if self.neighbor_draw not in ("mutual", "uniform"):
+            raise ValueError(f"neighbor_draw must be 'mutual' or 'uniform'; got {self.neighbor_draw!r}.")
         if not 0 < self.eval_crop_fraction <= 1:
             raise ValueError(f"eval_crop_fraction must be in (0, 1]; got {self.eval_crop_fraction}.")
 
@@ -205,6 +213,13 @@ def _records(root, split: str, config: PipelineConfig, training: bool):
 
 def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig) -> tf.data.Dataset:
     """Shuffled, augmented, batched (x, y) pairs for `model.fit`; one pass over the split per epoch."""
+    info, dataset = batched_samples(root, split, config)
+    return dataset.map(_to_model_inputs(tokenizer, config, info), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
+
+
+def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig):
+    """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
     info, records = _records(root, split, config, training=True)
     num_images = info.num_images(split)
     samples = num_images * (info.captions_per_image if config.captions == "all" else 1)
@@ -214,14 +229,19 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
             f"in {root}; lower --batch_size.")
     source = config.relevance
 
-    def to_samples(parsed):
-        # Every caption of the image becomes a candidate sample (image side repeated, caption side sliced);
-        # "sample" then keeps one at random per epoch, "all" keeps them all.
+    def sides(parsed):
+        """(what every sample of the image carries, what each caption carries [C, ...])."""
         image_side, caption_side = relevance_features(parsed, info, source)
         image_side = {"image": image_input(parsed, info), "image_index": tf.cast(parsed["image/id"], tf.int32),
                       **image_side}
         per_caption = {"caption": parsed["captions"], "caption_index": tf.cast(parsed["caption/ids"], tf.int32),
                        **caption_side}
+        return image_side, per_caption
+
+    def to_samples(parsed):
+        # Every caption of the image becomes a candidate sample (image side repeated, caption side sliced);
+        # "sample" then keeps one at random per epoch, "all" keeps them all.
+        image_side, per_caption = sides(parsed)
         same_image = tf.zeros([info.captions_per_image], tf.int32)
         repeated = {key: tf.gather(tf.expand_dims(value, 0), same_image) for key, value in image_side.items()}
         candidates = tf.data.Dataset.from_tensor_slices({**repeated, **per_caption})
@@ -230,12 +250,23 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
         k = tf.random.uniform([], 0, info.captions_per_image, dtype=tf.int64)
         return candidates.skip(k).take(1)
 
-    if config.cache:
-        records = records.cache()
-    dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed, reshuffle_each_iteration=True)
-    dataset = dataset.flat_map(to_samples)
-    if config.captions == "all":
-        dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed, reshuffle_each_iteration=True)
+    def sample_of(parsed, k):
+        image_side, per_caption = sides(parsed)
+        return {**image_side, **{key: value[k] for key, value in per_caption.items()}}
+
+    if config.neighbor_batching:
+        from kitm.data.neighbor_batching import paired_samples
+
+        dataset, neighbor_table = paired_samples(root, split, info, config, samples, sample_of)
+    else:
+        if config.cache:
+            records = records.cache()
+        dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed,
+                                  reshuffle_each_iteration=True)
+        dataset = dataset.flat_map(to_samples)
+        if config.captions == "all":
+            dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed,
+                                      reshuffle_each_iteration=True)
 
     def augment(sample):
         if info.image_mode == "encoded":
@@ -246,14 +277,31 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
     dataset = dataset.batch(config.batch_size, drop_remainder=True)
     # flat_map hides the length from tf.data; stating it lets Keras size epochs and progress bars.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(samples // config.batch_size))
-    return dataset.map(_to_model_inputs(tokenizer, config, info), num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
+    if config.neighbor_batching:
+        dataset = dataset.map(_with_neighbor_positions(neighbor_table, config.num_replicas),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+    return info, dataset
+
+
+def _with_neighbor_positions(table, num_replicas: int):
+    """Add `neighbor_position` [B]: each replica's rows point into that replica's own block (-1: none)."""
+    from kitm.data.neighbor_batching import neighbor_positions
+
+    def add(batch):
+        positions = batch.pop("caption_position")
+        blocks = tf.split(positions, num_replicas)
+        batch["neighbor_position"] = tf.concat([neighbor_positions(block, table) for block in blocks], axis=0)
+        return batch
+
+    return add
 
 
 def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo):
     def convert(batch):
         x = {"image": batch["image"], "tokens": tokenizer(batch["caption"])}
         y = {"image_index": batch["image_index"], "caption_index": batch["caption_index"]}
+        if config.neighbor_batching:
+            y["neighbor_position"] = batch["neighbor_position"]
         if config.relevance != "none":
             y["relevance"] = batch_relevance_matrix(batch, config.relevance, info, config.num_replicas)
         return x, y
