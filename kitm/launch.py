@@ -37,7 +37,10 @@ flags.DEFINE_integer("synthetic_num_scenes", 3000, "Scenes in the synthetic worl
 flags.DEFINE_integer("image_size", 64, "Side of the square model input.", lower_bound=16)
 flags.DEFINE_enum("captions_per_step", "sample", ["sample", "all"],
                   "sample: one random caption per image per epoch; all: every caption is a sample.")
-flags.DEFINE_enum("relevance", "none", ["none", "truth"], "Relevance source for the batch relevance matrix.")
+flags.DEFINE_enum("relevance", "none", ["none", "truth", "cider", "sbert"],
+                  "Relevance source of the batch relevance matrix: truth (the synthetic world's exact relevance), "
+                  "cider (CIDEr-D with the training idf, SAM's source) or sbert (sentence-embedding cosine, the "
+                  "ladder loss's source); cider and sbert need the dataset built with those relevance rows.")
 flags.DEFINE_bool("flip", True, "Random horizontal flips in training (off for the synthetic world: left/right).")
 flags.DEFINE_float("crop_area_min", 0.8, "Smallest area share of the training random crop.", lower_bound=0.05,
                    upper_bound=1.0)
@@ -55,10 +58,13 @@ flags.DEFINE_integer("embedding_dim", 1024, "Joint embedding size D.", lower_bou
 flags.DEFINE_integer("word_dim", 300, "Word embedding size.", lower_bound=1)
 flags.DEFINE_integer("text_units", 512, "GRU units per direction.", lower_bound=1)
 # Objective.
-flags.DEFINE_enum("loss", "triplet", ["triplet", "sam", "ladder", "ladder_adaptive", "angular"],
-                  "Training objective: triplet (VSE++); sam (triplet + sam_weight x SAM, seeds 000/002); ladder "
-                  "(fixed thresholds) or ladder_adaptive (k-means levels), seed 001; angular (N-pair, symmetric, "
-                  "seed 004). sam and the ladders need --relevance.")
+flags.DEFINE_list("loss", ["triplet"],
+                  "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x "
+                  "SAM, seeds 000/002); ladder (fixed thresholds) or ladder_adaptive (k-means levels), seed 001; "
+                  "angular (N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with "
+                  "neighbour-aware batching), seed 004. sam and the ladders need --relevance. Example: "
+                  "--loss=triplet,ladder --loss_weights=1,0.5.")
+flags.DEFINE_list("loss_weights", [], "One weight per --loss entry (default 1 each).")
 flags.DEFINE_float("margin", 0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
 flags.DEFINE_bool("max_violation", True, "Hardest negative (VSE++) instead of the sum over negatives.")
 flags.DEFINE_float("sam_tau", 5.0, "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower_bound=1e-6)
@@ -71,6 +77,15 @@ flags.DEFINE_list("ladder_margins", ["0.2", "0.01"], "Fixed ladder: one margin p
 flags.DEFINE_list("ladder_betas", ["1.0", "0.25"], "Fixed ladder: one weight per level (thresholds + 1).")
 flags.DEFINE_list("ladder_level_bounds", ["2", "4"], "Adaptive ladder: (L_min, L_max) for the k-means levels.")
 flags.DEFINE_float("angle_degrees", 45.0, "Angular loss angle.", lower_bound=1.0, upper_bound=89.0)
+flags.DEFINE_enum("neighborhood_base", "angular", ["angular", "triplet"],
+                  "Neighbourhood loss: angular (Ang+NP+Sym) or the paper's triplet-based variant.")
+flags.DEFINE_float("neighborhood_alpha", None, "Weight of the text-neighbour term (default 0.2 angular / 0.3 "
+                   "triplet).", lower_bound=0.0)
+flags.DEFINE_float("neighborhood_beta", None, "Weight of the image-neighbour term (default 0.3 angular / 0.1 "
+                   "triplet).", lower_bound=0.0)
+flags.DEFINE_enum("neighbor_draw", "mutual", ["mutual", "uniform"],
+                  "Neighbour-aware batching: draw a seed's partner among its mutual neighbours when it has any "
+                  "(mutual) or among all its k neighbours (uniform).")
 # Optimisation.
 flags.DEFINE_integer("epochs", 30, "Training epochs.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 128, "Global batch size (split over replicas).", lower_bound=2)
@@ -117,6 +132,34 @@ BUILD_COMMANDS = {
 }
 
 
+# Per-dataset defaults for the data, model and schedule flags that neither the command line nor a flagfile sets,
+# so that a paper's flagfile (objective flags only) runs on the photos it was written for and, with
+# --dataset=synthetic, on the synthetic world in minutes. Explicitly given flags always win.
+_PHOTO_DEFAULTS = {
+    "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
+    "embedding_dim": 1024, "word_dim": 300, "text_units": 1024, "captions_per_step": "all", "max_violation": True,
+    "epochs": 30, "learning_rate": 2e-4, "lr_decay_epochs": 15, "eval_every_epochs": 1,
+}
+DATASET_DEFAULTS = {
+    "synthetic": {
+        "image_encoder": "small_cnn", "weights": "none", "image_size": 48, "flip": False, "eval_crop_fraction": 1.0,
+        "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all", "max_violation": False,
+        "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9, "eval_every_epochs": 3,
+    },
+    "coco": _PHOTO_DEFAULTS, "f30k": _PHOTO_DEFAULTS, "f8k": _PHOTO_DEFAULTS,
+}
+
+
+def apply_dataset_defaults() -> list[str]:
+    """Set the --dataset's defaults on flags nobody set; returns the `--flag=value` strings applied."""
+    applied = []
+    for name, value in DATASET_DEFAULTS.get(FLAGS.dataset, {}).items():
+        if not FLAGS[name].present and FLAGS[name].value != value:
+            FLAGS[name].value = value
+            applied.append(f"--{name}={value}")
+    return applied
+
+
 class LaunchError(Exception):
     """A problem with the flags or the data that stops the run before it starts."""
 
@@ -142,6 +185,22 @@ def make_strategy():
     return tf.distribute.MirroredStrategy(devices=cpus)
 
 
+def synthetic_relevance_rows() -> list[str]:
+    """The relevance rows a synthetic world built for these flags carries (CIDEr-D always: it is cheap)."""
+    rows = {"cider", *required_relevance_slots()} - {"truth"}
+    if "neighbors" in rows:
+        rows.add("sbert")  # the neighbours are found in that space; keep it for --relevance=sbert too
+    return sorted(rows)
+
+
+def default_data_dir() -> str:
+    """tfrecords/<dataset>; a synthetic world with sentence-embedding rows gets its own folder, so the
+    quick default world (CIDEr-D rows only) is never rebuilt in place."""
+    if FLAGS.dataset == "synthetic" and synthetic_relevance_rows() != ["cider"]:
+        return "tfrecords/synthetic_" + "_".join(row for row in synthetic_relevance_rows() if row != "cider")
+    return f"tfrecords/{FLAGS.dataset}"
+
+
 def ensure_dataset(data_dir: pathlib.Path):
     """The dataset's info; the synthetic world is built when absent, other datasets stop with the command."""
     from kitm.data import schema
@@ -152,8 +211,9 @@ def ensure_dataset(data_dir: pathlib.Path):
             from kitm.data.synthetic_records import build_synthetic
 
             print(f"Building the synthetic world into {data_dir} ({FLAGS.synthetic_num_scenes} scenes).")
+            rows = synthetic_relevance_rows()
             build_synthetic(data_dir, num_scenes=FLAGS.synthetic_num_scenes, seed=FLAGS.seed,
-                            image_size=FLAGS.image_size, progress=FLAGS.progress)
+                            image_size=FLAGS.image_size, progress=FLAGS.progress, relevance=rows)
         else:
             command = BUILD_COMMANDS.get(FLAGS.dataset, "python -m kitm.data.build --dataset=karpathy "
                                          "--karpathy_json=<split json> --images=<image folder> --out={data_dir}")
@@ -173,15 +233,18 @@ def check_flags_against_data(info) -> None:
     if FLAGS.batch_size > samples:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} is larger than the {samples} training samples of "
                           f"{FLAGS.data_dir}; lower --batch_size.")
-    if FLAGS.loss in ("sam", "ladder", "ladder_adaptive") and FLAGS.relevance == "none":
-        raise LaunchError(f"--loss={FLAGS.loss} learns from graded relevance: set --relevance (e.g. truth for the "
-                          "synthetic world).")
+    check_loss_flags()
     if FLAGS.eval_relevance == "truth" and "truth" not in info.relevance:
         raise LaunchError(f"--eval_relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
                           f"slots {sorted(info.relevance) or 'none'}.")
-    if FLAGS.relevance == "truth" and "truth" not in info.relevance:
-        raise LaunchError(f"--relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
-                          f"slots {sorted(info.relevance) or 'none'}.")
+    for slot in required_relevance_slots():
+        if slot not in info.relevance:
+            needed_by = f"--relevance={slot}" if slot != "neighbors" else "--loss=neighborhood (neighbour rows)"
+            hint = ("the synthetic world's facts exist only in synthetic datasets" if slot == "truth" else
+                    f"rebuild it with python -m kitm.data.build ... --relevance={slot} (or include {slot} in the "
+                    "list); a synthetic world built by the launcher is rebuilt if you delete its folder")
+            raise LaunchError(f"{needed_by} needs the '{slot}' relevance rows; {FLAGS.data_dir} has relevance "
+                              f"slots {sorted(info.relevance) or 'none'}: {hint}.")
     if FLAGS.image_encoder == "features_mlp" and info.image_mode == "encoded":
         raise LaunchError("--image_encoder=features_mlp needs a dataset of precomputed features; "
                           f"{FLAGS.data_dir} holds encoded images.")
@@ -217,29 +280,81 @@ def _floats(name: str) -> list[float]:
         raise LaunchError(f"--{name}={','.join(FLAGS[name].value)}: {error}") from error
 
 
-def build_objective() -> dict:
-    """The losses for `DualEncoder.compile(losses=...)` from the flags (create under the strategy's scope)."""
-    from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, SAMLoss, TripletLoss
+LOSS_NAMES = ("triplet", "sam", "ladder", "ladder_adaptive", "angular", "neighborhood")
+RELEVANCE_LOSSES = ("sam", "ladder", "ladder_adaptive")
+# The name each loss's terms are logged under (`<key>/<term>`); the two ladders share one.
+LOSS_KEYS = {"ladder_adaptive": "ladder"}
 
-    if FLAGS.loss in ("sam", "ladder", "ladder_adaptive") and FLAGS.relevance == "none":
-        raise LaunchError(f"--loss={FLAGS.loss} learns from graded relevance: set --relevance (e.g. truth for the "
-                          "synthetic world).")
-    try:
-        if FLAGS.loss == "triplet":
-            return {"triplet": TripletLoss(FLAGS.margin, FLAGS.max_violation)}
-        if FLAGS.loss == "sam":
-            return {"sam": SAMLoss(FLAGS.sam_tau, sampling=FLAGS.sam_sampling, pairing=FLAGS.sam_pairing,
-                                   sam_weight=FLAGS.sam_weight, margin=FLAGS.margin,
-                                   max_violation=FLAGS.max_violation, seed=FLAGS.seed)}
-        if FLAGS.loss == "ladder":
-            return {"ladder": LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"),
-                                         _floats("ladder_betas"))}
-        if FLAGS.loss == "ladder_adaptive":
-            bounds = [int(value) for value in _floats("ladder_level_bounds")]
-            return {"ladder": AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin)}
-        return {"angular": AngularLoss(FLAGS.angle_degrees)}
-    except ValueError as error:  # the loss names the argument; say which flag feeds it
-        raise LaunchError(f"--loss={FLAGS.loss}: {error}") from error
+
+def check_loss_flags() -> None:
+    """--loss names known losses, at most once each, with matching --loss_weights and a relevance source."""
+    names = list(FLAGS.loss)
+    unknown = [name for name in names if name not in LOSS_NAMES]
+    if unknown or not names:
+        raise LaunchError(f"--loss={','.join(names)}: unknown loss {unknown or '(none given)'}; choose from "
+                          f"{', '.join(LOSS_NAMES)}.")
+    keys = [LOSS_KEYS.get(name, name) for name in names]
+    if len(set(keys)) != len(keys):
+        raise LaunchError(f"--loss={','.join(names)} names a loss twice (ladder and ladder_adaptive are one "
+                          "objective with fixed or adaptive levels).")
+    if FLAGS.loss_weights and len(FLAGS.loss_weights) != len(names):
+        raise LaunchError(f"--loss_weights={','.join(FLAGS.loss_weights)} gives {len(FLAGS.loss_weights)} weights "
+                          f"for the {len(names)} losses of --loss={','.join(names)}.")
+    weights = _floats("loss_weights")
+    if any(weight < 0 for weight in weights):
+        raise LaunchError(f"--loss_weights={','.join(FLAGS.loss_weights)}: weights must be >= 0.")
+    needs_relevance = [name for name in names if name in RELEVANCE_LOSSES]
+    if needs_relevance and FLAGS.relevance == "none":
+        raise LaunchError(f"--loss={needs_relevance[0]} learns from graded relevance: set --relevance (e.g. truth "
+                          "for the synthetic world, cider for SAM, sbert for the ladder loss).")
+
+
+def uses_neighbor_batching() -> bool:
+    return "neighborhood" in FLAGS.loss
+
+
+def required_relevance_slots() -> list[str]:
+    """The relevance rows the flags need in the records."""
+    slots = [] if FLAGS.relevance == "none" else [FLAGS.relevance]
+    return slots + (["neighbors"] if uses_neighbor_batching() else [])
+
+
+def _build_loss(name: str):
+    from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, NeighborhoodAngularLoss, SAMLoss, TripletLoss
+
+    if name == "triplet":
+        return TripletLoss(FLAGS.margin, FLAGS.max_violation)
+    if name == "sam":
+        return SAMLoss(FLAGS.sam_tau, sampling=FLAGS.sam_sampling, pairing=FLAGS.sam_pairing,
+                       sam_weight=FLAGS.sam_weight, margin=FLAGS.margin, max_violation=FLAGS.max_violation,
+                       seed=FLAGS.seed)
+    if name == "ladder":
+        return LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"), _floats("ladder_betas"))
+    if name == "ladder_adaptive":
+        bounds = [int(value) for value in _floats("ladder_level_bounds")]
+        return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin)
+    if name == "angular":
+        return AngularLoss(FLAGS.angle_degrees)
+    return NeighborhoodAngularLoss(FLAGS.neighborhood_alpha, FLAGS.neighborhood_beta, base=FLAGS.neighborhood_base,
+                                   angle_degrees=FLAGS.angle_degrees, margin=FLAGS.margin)
+
+
+def build_objective() -> tuple[dict, dict]:
+    """(losses, weights) for `DualEncoder.compile(losses=..., loss_weights=...)` from --loss and --loss_weights.
+
+    Create under the strategy's scope. Each loss is logged under its key (`sam/...`, `ladder/...`).
+    """
+    check_loss_flags()
+    weights = _floats("loss_weights") or [1.0] * len(FLAGS.loss)
+    losses, loss_weights = {}, {}
+    for name, weight in zip(FLAGS.loss, weights):
+        key = LOSS_KEYS.get(name, name)
+        try:
+            losses[key] = _build_loss(name)
+        except ValueError as error:  # the loss names the argument; say which flag feeds it
+            raise LaunchError(f"--loss={name}: {error}") from error
+        loss_weights[key] = weight
+    return losses, loss_weights
 
 
 def learning_rate_schedule(steps_per_epoch: int):
@@ -266,6 +381,11 @@ def diagnose_read_failure(data_dir: pathlib.Path, info, error: Exception) -> Lau
     return None
 
 
+def recall_cutoffs(num_images: int) -> tuple[int, ...]:
+    """R@1, 5, 10, leaving out cut-offs beyond the images a caption query ranks (tiny splits)."""
+    return tuple(k for k in (1, 5, 10) if k <= num_images) or (1,)
+
+
 def write_json_atomically(path: pathlib.Path, payload: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
@@ -278,9 +398,12 @@ def run_training() -> dict:
     import tensorflow as tf
 
     started = time.time()
+    applied = apply_dataset_defaults()
+    if applied:
+        print(f"Defaults for --dataset={FLAGS.dataset}: {' '.join(applied)}")
     configure_devices()
     keras.utils.set_random_seed(FLAGS.seed)
-    data_dir = pathlib.Path(FLAGS.data_dir or f"tfrecords/{FLAGS.dataset}")
+    data_dir = pathlib.Path(FLAGS.data_dir or default_data_dir())
     FLAGS.data_dir = str(data_dir)
     run_dir = pathlib.Path(FLAGS.run_dir or f"runs/{FLAGS.dataset}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -330,7 +453,8 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         batch_size=FLAGS.batch_size, image_size=FLAGS.image_size, captions=FLAGS.captions_per_step,
         relevance=FLAGS.relevance, crop_area=(FLAGS.crop_area_min, 1.0), flip=FLAGS.flip,
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
-        cache=info.num_images("train") <= 20000)
+        cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
+        neighbor_draw=FLAGS.neighbor_draw)
     train = training_dataset(data_dir, "train", tokenizer, config)
     samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
     steps_per_epoch = samples // FLAGS.batch_size
@@ -344,7 +468,8 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         model.build_from_inputs(train.element_spec[0])
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
-        model.compile(optimizer, losses=build_objective())
+        losses, loss_weights = build_objective()
+        model.compile(optimizer, losses=losses, loss_weights=loss_weights)
 
     callbacks = [keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.BackupAndRestore(str(run_dir / "backup"))]
@@ -352,6 +477,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     if FLAGS.eval_every_epochs and eval_split:
         val = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.eval_images)
         callbacks.append(RetrievalEvaluation(val, captions_per_image=info.captions_per_image,
+                                             ks=recall_cutoffs(min(info.num_images(eval_split), FLAGS.eval_images)),
                                              every_epochs=FLAGS.eval_every_epochs,
                                              jsonl_path=str(run_dir / "evaluations.jsonl"),
                                              log_dir=str(run_dir / "logs" / "validation"),
@@ -373,7 +499,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         relevance = evaluation_relevance(data_dir, test_split, info, limit=None).get("relevance")
         # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included).
         full_report = build_report(similarity_matrix(images, texts), captions_per_image=info.captions_per_image,
-                                   relevance=relevance)
+                                   relevance=relevance, ks=recall_cutoffs(info.num_images(test_split)))
         report = full_report["all"]
         print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
 

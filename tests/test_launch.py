@@ -14,7 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_crop_fraction=1.0",
               "--embedding_dim=32", "--word_dim=16", "--text_units=16", "--batch_size=16", "--learning_rate=1e-3",
-              "--relevance=truth", "--progress=false"]
+              "--relevance=truth", "--captions_per_step=sample", "--progress=false"]
 
 
 def _launch(args, cwd=ROOT, timeout=600):

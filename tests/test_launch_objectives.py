@@ -1,11 +1,13 @@
 """The launcher's --loss flags build each paper's objective, and refuse impossible settings by flag name."""
 
+import pathlib
+
 import pytest
 from absl import flags
 
 import kitm  # noqa: F401
 from kitm import launch
-from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, SAMLoss, TripletLoss
+from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, NeighborhoodAngularLoss, SAMLoss, TripletLoss
 
 FLAGS = flags.FLAGS
 
@@ -15,7 +17,7 @@ def parse():
     def parse_flags(*args):
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", *args])
-        return launch.build_objective()
+        return launch.build_objective()[0]
 
     yield parse_flags
     FLAGS.unparse_flags()
@@ -45,3 +47,49 @@ def test_inconsistent_ladder_flags_are_named(parse):
         parse("--loss=ladder", "--relevance=truth", "--ladder_thresholds=0.3,0.6")
     with pytest.raises(launch.LaunchError, match="--ladder_margins=a,b"):
         parse("--loss=ladder", "--relevance=truth", "--ladder_margins=a,b")
+
+
+def test_several_losses_are_composed_with_their_weights():
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", "--loss=triplet,ladder_adaptive,neighborhood", "--loss_weights=1,0.5,2",
+               "--relevance=sbert", "--neighborhood_base=triplet"])
+        losses, weights = launch.build_objective()
+        assert list(losses) == ["triplet", "ladder", "neighborhood"]
+        assert weights == {"triplet": 1.0, "ladder": 0.5, "neighborhood": 2.0}
+        neighbourhood = losses["neighborhood"]
+        assert isinstance(neighbourhood, NeighborhoodAngularLoss)
+        assert (neighbourhood.base, neighbourhood.alpha, neighbourhood.beta) == ("triplet", 0.3, 0.1)
+        assert launch.uses_neighbor_batching()
+        assert launch.required_relevance_slots() == ["sbert", "neighbors"]
+        assert launch.default_data_dir() == "tfrecords/synthetic_neighbors_sbert"
+    finally:
+        FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--loss=triplet,bleu"], "unknown loss"),
+    (["--loss=ladder,ladder_adaptive", "--relevance=truth"], "names a loss twice"),
+    (["--loss=triplet,angular", "--loss_weights=1"], "gives 1 weights for the 2 losses"),
+    (["--loss=triplet", "--loss_weights=-1"], "must be >= 0"),
+    (["--loss=triplet,ladder"], "--loss=ladder learns from graded relevance"),
+])
+def test_bad_loss_combinations_are_named(parse, args, message):
+    with pytest.raises(launch.LaunchError, match=message):
+        parse(*args)
+
+
+def test_dataset_defaults_fill_only_flags_nobody_set():
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", "--dataset=synthetic", "--image_size=40"])
+        applied = launch.apply_dataset_defaults()
+        assert FLAGS.image_size == 40 and FLAGS.image_encoder == "small_cnn" and FLAGS.weights == "none"
+        assert "--weights=none" in applied and not any(a.startswith("--image_size") for a in applied)
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'sam.flags'}"])
+        launch.apply_dataset_defaults()
+        assert (FLAGS.dataset, FLAGS.image_encoder, FLAGS.image_size, FLAGS.relevance) == ("f30k", "resnet152", 224,
+                                                                                          "cider")
+    finally:
+        FLAGS.unparse_flags()

@@ -219,6 +219,7 @@ class NeighborhoodAngularLoss(RetrievalLoss):
     """
 
     term_names = ("i2t", "t2i", "text_neighbors", "image_neighbors")
+    uses_neighbors = True  # needs y_true["neighbor_position"]: the launcher turns on neighbour-aware batching
 
     def __init__(self, alpha: float | None = None, beta: float | None = None, base: str = "angular",
                  angle_degrees: float = 45.0, margin: float = 0.2, neighbor_space: str = "text",

@@ -82,6 +82,9 @@ class DualEncoder(keras.Model):
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
                     for name, loss in losses.items() for term in loss.term_names}
+        if any(getattr(loss, "uses_neighbors", False) for loss in losses.values()):
+            # The share of rows whose semantic neighbour is in the batch (seed 004's within-modality terms).
+            trackers["neighbor_coverage"] = keras.metrics.Mean(name="neighbor_coverage")
         # Set past Keras' attribute tracking: compile may follow build (which locks new state), and these
         # metrics are reported through the `metrics` property below, never saved with the weights.
         object.__setattr__(self, "term_trackers", trackers)
@@ -91,6 +94,9 @@ class DualEncoder(keras.Model):
         if not self.loss_functions:
             raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
         total = tf.constant(0.0, dtype=self.compute_dtype)
+        coverage = self.term_trackers.get("neighbor_coverage")
+        if coverage is not None and isinstance(y, Mapping) and "neighbor_position" in y:
+            coverage.update_state(tf.reduce_mean(tf.cast(y["neighbor_position"] >= 0, tf.float32)))
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
             weight = self.loss_weights_by_name[name]
