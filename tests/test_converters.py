@@ -192,11 +192,31 @@ def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared
     assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
 
 
-def test_a_folder_built_without_build_parameters_is_refused(tmp_path, shared_dir):
+def test_build_parameters_guard_only_folders_with_output(tmp_path, shared_dir):
+    from kitm.data.converter_common import claim_output
+
+    claim_output(tmp_path / "new", {"limit": 3})
+    claim_output(tmp_path / "new", {"limit": 4})  # nothing was written under the first parameters: replaced
+    assert json.loads((tmp_path / "new" / ".cache" / "build.json").read_text()) == {"limit": 4}
+    (tmp_path / "new" / ".cache" / "sbert-train.npz").write_bytes(b"")
+    with pytest.raises(KitmDataError, match=r"other parameters \(limit: before 4, now 3\)"):
+        claim_output(tmp_path / "new", {"limit": 3})
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "train-00000-of-00001.tfrecord").write_bytes(b"")
     with pytest.raises(KitmDataError, match="no .cache/build.json"):
         build_flickr8k(tmp_path / "old", shared_dir / "data" / "flickr8k", limit=3, relevance=(), progress=False)
+
+
+def test_relevance_flag_takes_a_list_or_none(capsys):
+    from kitm.data.build import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["--dataset=flickr8k", "--out=x"]).relevance == ("cider", "sbert", "neighbors")
+    assert parse(["--dataset=flickr8k", "--out=x", "--relevance=neighbors, cider"]).relevance == ("cider", "neighbors")
+    assert parse(["--dataset=flickr8k", "--out=x", "--relevance=none"]).relevance == ()
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["--dataset=flickr8k", "--out=x", "--relevance=cider,bleu"])
+    assert exit_info.value.code == 2 and "Unknown relevance source(s) ['bleu']" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,7 +238,8 @@ def _flickr_folder(tmp_path, splits, captions=None, token_lines=None):
 
 
 def test_non_ascii_captions_round_trip_as_utf8(tmp_path):
-    unicode = ["Un garçon saute dans l'eau — été", "Ein Mädchen läuft über die Straße", "一只狗在草地上奔跑",
+    unicode = ["Un garçon saute dans l'eau — été", "Ein Mädchen läuft über die Straße",
+               "一只狗在草地上奔跑",
                "Ребёнок играет с мячом 🙂", "Niño con sombrero"]
     folder = _flickr_folder(tmp_path, {"train": ["a.jpg", "b.jpg"], "dev": ["c.jpg"]},
                             captions={"b.jpg": unicode})

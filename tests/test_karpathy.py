@@ -81,6 +81,11 @@ def test_build_command_line_reports_errors_in_one_line(tmp_path, capsys):
 
     assert main(["--dataset=karpathy", f"--out={tmp_path / 'out'}"]) == 2
     assert "needs --karpathy_json and --images" in capsys.readouterr().err
-    assert main(["--dataset=synthetic", f"--out={tmp_path / 'syn'}", "--num_scenes=20", "--image_size=32",
-                 "--quiet", "--relevance=cider"]) == 0
-    assert schema.load_info(tmp_path / "syn").num_images("train") >= 1
+    synthetic = ["--dataset=synthetic", f"--out={tmp_path / 'syn'}", "--num_scenes=20", "--image_size=32", "--quiet",
+                 "--relevance=cider"]
+    assert main(synthetic) == 0
+    info = schema.load_info(tmp_path / "syn")
+    assert info.num_images("train") >= 1 and sorted(info.relevance) == ["cider", "truth"]
+    capsys.readouterr()
+    assert main([*synthetic, "--seed=1"]) == 2  # the same --out with another world: refused, not mixed
+    assert "seed: before 0, now 1" in capsys.readouterr().err

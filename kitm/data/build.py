@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     karpathy = parser.add_argument_group("karpathy, coco_captions")
     karpathy.add_argument("--karpathy_json", help="dataset_coco.json / dataset_flickr30k.json / dataset_flickr8k.json")
     flickr8k = parser.add_argument_group("flickr8k")
-    flickr8k.add_argument("--flickr8k_dir", help="folder with Flickr8k.token.txt and Flickr_8k.{train,dev,test}Images.txt")
+    flickr8k.add_argument("--flickr8k_dir",
+                          help="folder with Flickr8k.token.txt and Flickr_8k.{train,dev,test}Images.txt")
     coco = parser.add_argument_group("coco_captions")
     coco.add_argument("--coco_captions", help="comma-separated COCO caption files, e.g. "
                                               "captions_train2014.json,captions_val2014.json")

@@ -82,7 +82,8 @@ def load_coco_entries(caption_files: Sequence[str | os.PathLike], karpathy_json:
         if numbered is None:
             continue
         # Errors name the caption's position and its annotation id, which finds it in the COCO file.
-        kept = rules.select(origin, image["filename"], [(f"{k} (annotation id {a})", text) for k, (a, text) in enumerate(numbered)])
+        kept = rules.select(origin, image["filename"],
+                            [(f"{k} (annotation id {a})", text) for k, (a, text) in enumerate(numbered)])
         if kept is not None:
             entries.append(Entry(key=image["filename"], split=image["split"], captions=kept,
                                  location=image["relpath"]))

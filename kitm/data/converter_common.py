@@ -204,12 +204,15 @@ def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
 
     Shards and relevance caches already under `out` are reused by a resumed build, so they must come from
     the same parameters: otherwise the dataset would mix two builds. A folder holding shards or dataset.json
-    but no build.json (an older build) is refused for the same reason.
+    but no build.json (an older build) is refused for the same reason. A previous build that stopped before
+    leaving any shard or cache (e.g. on an unavailable sentence model) is simply replaced.
     """
     out = pathlib.Path(out)
     path = out / BUILD_PARAMETERS_FILE
     wanted = json.loads(json.dumps(dict(parameters), sort_keys=True, default=str))
-    if path.is_file():
+    has_output = ((out / schema.INFO_FILE).exists() or any(out.glob("*.tfrecord"))
+                  or any((out / BUILD_PARAMETERS_FILE.parent).glob("*.npz")))
+    if path.is_file() and has_output:
         try:
             previous = json.loads(path.read_text())
         except json.JSONDecodeError:
@@ -222,7 +225,7 @@ def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
                 f"{out} holds a build made with other parameters ({details or 'unreadable ' + str(path)}). "
                 f"Use a fresh --out, or resume with the same flags as before (stored in {path}).")
         return
-    if (out / schema.INFO_FILE).exists() or any(out.glob("*.tfrecord")):
+    if has_output and not path.is_file():
         raise KitmDataError(f"{out} already holds a dataset or shards but no {BUILD_PARAMETERS_FILE} (a build "
                             "by an older kitm); use a fresh --out, or delete the folder.")
     path.parent.mkdir(parents=True, exist_ok=True)
