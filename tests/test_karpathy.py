@@ -34,7 +34,7 @@ def test_round_trip_with_restval_in_train_and_first_five_captions(tmp_path):
     entries = [_entry("a.png", "train"), _entry("b.png", "restval", n_captions=7), _entry("c.png", "val"),
                _entry("d.png", "test")]
     json_path, image_dir = _setup(tmp_path, entries)
-    info = build_karpathy(tmp_path / "out", json_path, image_dir, num_shards=2, progress=False)
+    info = build_karpathy(tmp_path / "out", json_path, image_dir, num_shards=2, progress=False, relevance=())
     assert {split: entry["num_images"] for split, entry in info.splits.items()} == {"train": 2, "val": 1, "test": 1}
     loaded = schema.load_info(tmp_path / "out")
     spec = schema.feature_spec(loaded)
@@ -50,8 +50,8 @@ def test_missing_images_stop_or_are_skipped_and_counted(tmp_path):
     entries = [_entry("a.png", "train"), _entry("gone.png", "train"), _entry("c.png", "test")]
     json_path, image_dir = _setup(tmp_path, entries, images=["a.png", "c.png"])
     with pytest.raises(KitmDataError, match="1 image.*missing.*gone.png.*--missing_images=skip"):
-        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
-    info = build_karpathy(tmp_path / "out", json_path, image_dir, missing_images="skip", progress=False)
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False, relevance=())
+    info = build_karpathy(tmp_path / "out", json_path, image_dir, missing_images="skip", progress=False, relevance=())
     assert info.splits["train"]["num_images"] == 1 and info.source["skipped_missing"] == 1
 
 
@@ -60,20 +60,20 @@ def test_unreadable_image_is_named(tmp_path):
     json_path, image_dir = _setup(tmp_path, entries, images=["a.png"])
     (image_dir / "bad.jpg").write_bytes(b"this is not a jpeg")
     with pytest.raises(KitmDataError, match=r"bad.jpg cannot be read as an image"):
-        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False, relevance=())
     assert not (tmp_path / "out" / "dataset.json").exists()  # no finished dataset is claimed
 
 
 def test_malformed_json_entries_are_named(tmp_path):
     json_path, image_dir = _setup(tmp_path, [{"filename": "a.png", "split": "train"}], images=["a.png"])
     with pytest.raises(KitmDataError, match=r"image entry 0 lacks field\(s\) \['sentences'\]"):
-        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False, relevance=())
     json_path, image_dir = _setup(tmp_path, [_entry("a.png", "train", n_captions=3)])
-    with pytest.raises(KitmDataError, match="a.png has 3 non-empty captions; kitm needs 5"):
-        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False)
+    with pytest.raises(KitmDataError, match="image a.png has 3 captions; kitm needs 5"):
+        build_karpathy(tmp_path / "out", json_path, image_dir, progress=False, relevance=())
     (tmp_path / "not_karpathy.json").write_text("[1, 2]")
     with pytest.raises(KitmDataError, match="not a Karpathy split file"):
-        build_karpathy(tmp_path / "out", tmp_path / "not_karpathy.json", image_dir, progress=False)
+        build_karpathy(tmp_path / "out", tmp_path / "not_karpathy.json", image_dir, progress=False, relevance=())
 
 
 def test_build_command_line_reports_errors_in_one_line(tmp_path, capsys):
@@ -81,6 +81,11 @@ def test_build_command_line_reports_errors_in_one_line(tmp_path, capsys):
 
     assert main(["--dataset=karpathy", f"--out={tmp_path / 'out'}"]) == 2
     assert "needs --karpathy_json and --images" in capsys.readouterr().err
-    assert main(["--dataset=synthetic", f"--out={tmp_path / 'syn'}", "--num_scenes=20", "--image_size=32",
-                 "--quiet"]) == 0
-    assert schema.load_info(tmp_path / "syn").num_images("train") >= 1
+    synthetic = ["--dataset=synthetic", f"--out={tmp_path / 'syn'}", "--num_scenes=20", "--image_size=32", "--quiet",
+                 "--relevance=cider"]
+    assert main(synthetic) == 0
+    info = schema.load_info(tmp_path / "syn")
+    assert info.num_images("train") >= 1 and sorted(info.relevance) == ["cider", "truth"]
+    capsys.readouterr()
+    assert main([*synthetic, "--seed=1"]) == 2  # the same --out with another world: refused, not mixed
+    assert "seed: before 0, now 1" in capsys.readouterr().err

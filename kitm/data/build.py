@@ -1,62 +1,147 @@
-"""`python -m kitm.data.build`: turn a dataset into kitm TFRecords.
+"""`python -m kitm.data.build`: turn a dataset into kitm TFRecords with relevance rows.
 
     python -m kitm.data.build --dataset=synthetic --out=tfrecords/synthetic [--num_scenes=3000 --seed=0]
     python -m kitm.data.build --dataset=karpathy --karpathy_json=dataset_flickr8k.json \
         --images=/data/Flicker8k_Dataset --out=tfrecords/f8k
+    python -m kitm.data.build --dataset=flickr8k --flickr8k_dir=/data/Flickr8k_text \
+        [--images=/data/Flicker8k_Dataset] --out=tfrecords/f8k
+    python -m kitm.data.build --dataset=coco_captions \
+        --coco_captions=captions_train2014.json,captions_val2014.json --karpathy_json=dataset_coco.json \
+        [--images=/data/coco] --out=tfrecords/coco
+    python -m kitm.data.build --dataset=precomputed --features_dir=/data/vsepp --name=f30k_precomp \
+        --out=tfrecords/f30k_precomp
 
+Every build stores the relevance rows of --relevance (default cider,sbert,neighbors; "none" for none), writes
+shards under temporary names, and resumes a killed build (same flags and --out) without redoing finished shards.
 Only kitm/launch.py uses absl flags; this command line is argparse (it also accepts --flag=value).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from kitm.data.errors import KitmDataError
 
-DATASETS = ("synthetic", "karpathy")
+DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed")
+
+
+def _relevance(text: str) -> tuple[str, ...]:
+    from kitm.data.converter_common import relevance_sources
+
+    try:
+        return relevance_sources(text)
+    except KitmDataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kitm.data.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True, choices=DATASETS)
     parser.add_argument("--out", required=True, help="output folder, e.g. tfrecords/synthetic")
-    parser.add_argument("--num_shards", type=int, default=4, help="shards for the training split")
+    parser.add_argument("--num_shards", type=int, default=4,
+                        help="shards for the training split (val and test get a quarter, at least one)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    relevance = parser.add_argument_group("relevance rows (kitm.relevance.rows)")
+    relevance.add_argument("--relevance", type=_relevance, default=("cider", "sbert", "neighbors"),
+                           help="comma-separated row sources among cider, sbert, neighbors, or 'none' "
+                                "(default: all three)")
+    relevance.add_argument("--sentence_model", default=None,
+                           help="sentence-transformers model name (in the local cache) or folder; default the "
+                                "bundled all-MiniLM-L6-v2")
+    relevance.add_argument("--neighbors_k", type=int, default=200, help="neighbours stored per caption")
+    common = parser.add_argument_group("converters (all but synthetic)")
+    common.add_argument("--limit", type=int, default=None,
+                        help="only the first N images of each split (quick builds and tests)")
+    common.add_argument("--missing_images", choices=("stop", "skip"), default="stop",
+                        help="an image named by the source but absent on disk: stop, or skip it and count it")
+    common.add_argument("--empty_captions", choices=("stop", "skip"), default="stop",
+                        help="an empty caption: stop naming it, or drop it and count it (the image then needs "
+                             "five other captions, see --few_captions)")
+    common.add_argument("--few_captions", choices=("stop", "skip"), default="stop",
+                        help="an image with fewer than five captions: stop naming it, or leave it out and count it")
+    common.add_argument("--images", help="image folder (karpathy: required; flickr8k, coco_captions: optional, "
+                                         "without it the dataset is captions-only)")
     synthetic = parser.add_argument_group("synthetic")
     synthetic.add_argument("--num_scenes", type=int, default=3000)
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--image_size", type=int, default=64)
-    karpathy = parser.add_argument_group("karpathy")
+    karpathy = parser.add_argument_group("karpathy, coco_captions")
     karpathy.add_argument("--karpathy_json", help="dataset_coco.json / dataset_flickr30k.json / dataset_flickr8k.json")
-    karpathy.add_argument("--images", help="folder holding the images named in the JSON")
-    karpathy.add_argument("--missing_images", choices=("stop", "skip"), default="stop",
-                          help="an image named in the JSON but absent on disk: stop, or skip it and count it")
+    flickr8k = parser.add_argument_group("flickr8k")
+    flickr8k.add_argument("--flickr8k_dir",
+                          help="folder with Flickr8k.token.txt and Flickr_8k.{train,dev,test}Images.txt")
+    coco = parser.add_argument_group("coco_captions")
+    coco.add_argument("--coco_captions", help="comma-separated COCO caption files, e.g. "
+                                              "captions_train2014.json,captions_val2014.json")
+    precomputed = parser.add_argument_group("precomputed (VSE++ / SCAN)")
+    precomputed.add_argument("--features_dir", help="folder holding <name>/{split}_ims.npy and {split}_caps.txt")
+    precomputed.add_argument("--name", help="the feature set's folder and dataset name, e.g. f30k_precomp")
     return parser
+
+
+def _need(args, dataset: str, *names: str) -> None:
+    missing = [f"--{name}" for name in names if not getattr(args, name)]
+    if missing:
+        raise KitmDataError(f"--dataset={dataset} needs {' and '.join(missing)}.")
+
+
+def run(args: argparse.Namespace):
+    """Build the dataset `args` describe; returns its DatasetInfo."""
+    rows = {"relevance": args.relevance, "sentence_model": args.sentence_model, "neighbors_k": args.neighbors_k,
+            "num_shards": args.num_shards, "progress": not args.quiet}
+    captions = {"empty_captions": args.empty_captions, "few_captions": args.few_captions, "limit": args.limit}
+    if args.dataset == "synthetic":
+        from kitm.data.converter_common import claim_output
+        from kitm.data.synthetic_records import build_synthetic
+
+        if args.num_scenes < 10:
+            raise KitmDataError(f"--num_scenes must be at least 10; got {args.num_scenes}.")
+        if args.limit is not None:
+            raise KitmDataError("--limit does not apply to --dataset=synthetic; use --num_scenes.")
+        claim_output(args.out, {"dataset": "synthetic", "num_scenes": args.num_scenes, "seed": args.seed,
+                                "image_size": args.image_size, "num_shards": args.num_shards,
+                                "relevance": list(args.relevance), "sentence_model": args.sentence_model,
+                                "neighbors_k": args.neighbors_k})
+        return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,
+                               **rows)
+    if args.dataset == "karpathy":
+        from kitm.data.karpathy import build_karpathy
+
+        _need(args, "karpathy", "karpathy_json", "images")
+        return build_karpathy(args.out, args.karpathy_json, args.images, missing_images=args.missing_images,
+                              **captions, **rows)
+    if args.dataset == "flickr8k":
+        from kitm.data.flickr8k import build_flickr8k
+
+        _need(args, "flickr8k", "flickr8k_dir")
+        return build_flickr8k(args.out, args.flickr8k_dir, args.images, missing_images=args.missing_images,
+                              **captions, **rows)
+    if args.dataset == "coco_captions":
+        from kitm.data.coco_captions import build_coco_captions
+
+        _need(args, "coco_captions", "coco_captions", "karpathy_json")
+        files = [path.strip() for path in args.coco_captions.split(",") if path.strip()]
+        return build_coco_captions(args.out, files, args.karpathy_json, args.images,
+                                   missing_images=args.missing_images, **captions, **rows)
+    from kitm.data.precomputed import build_precomputed
+
+    _need(args, "precomputed", "features_dir")
+    return build_precomputed(args.out, args.features_dir, args.name, **captions, **rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:
-        if args.dataset == "synthetic":
-            from kitm.data.synthetic_records import build_synthetic
-
-            if args.num_scenes < 10:
-                raise KitmDataError(f"--num_scenes must be at least 10; got {args.num_scenes}.")
-            info = build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed,
-                                   image_size=args.image_size, num_shards=args.num_shards, progress=not args.quiet)
-        else:
-            from kitm.data.karpathy import build_karpathy
-
-            if not args.karpathy_json or not args.images:
-                raise KitmDataError("--dataset=karpathy needs --karpathy_json and --images.")
-            info = build_karpathy(args.out, args.karpathy_json, args.images, num_shards=args.num_shards,
-                                  missing_images=args.missing_images, progress=not args.quiet)
-    except KitmDataError as error:
+        info = run(args)
+    except (KitmDataError, OSError) as error:  # OSError: e.g. a --sentence_model that is not available offline
         print(f"kitm.data.build: error: {error}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{split}: {entry['num_images']} images" for split, entry in info.splits.items())
-    print(f"Wrote {args.out} ({counts}).")
+    slots = ", ".join(sorted(info.relevance)) or "none"
+    print(f"Wrote {args.out} ({counts}; image mode {info.image_mode}; relevance slots {slots}).")
     return 0
 
 

@@ -114,8 +114,18 @@ def eval_image(image: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Te
     return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [image_size, image_size, 3])
 
 
+def check_image_input(info: schema.DatasetInfo) -> None:
+    """Refuse a captions-only dataset (image_mode "none"), before tf.data traces anything (autograph would turn
+    the error into a StagingError)."""
+    if info.image_mode == "none":
+        raise KitmDataError(f"Dataset '{info.name}' is captions-only (image_mode 'none': its records hold no images); "
+                            "it serves relevance and caption work, not image input. Rebuild it with images "
+                            "(python -m kitm.data.build ... --images=<folder>).")
+
+
 def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
     """The model's image input from a parsed record: pixels, a feature vector, or mean-pooled regions."""
+    check_image_input(info)
     if info.image_mode == "encoded":
         return decode_image(parsed["image/encoded"])
     if info.image_mode == "feature":
@@ -202,6 +212,7 @@ def _check_relevance_available(info: schema.DatasetInfo, config: PipelineConfig,
 
 def _records(root, split: str, config: PipelineConfig, training: bool):
     info = schema.load_info(root)
+    check_image_input(info)
     _check_relevance_available(info, config, root)
     spec = schema.feature_spec(info)
     paths = info.shard_paths(root, split)

@@ -35,7 +35,8 @@ from kitm.data.errors import KitmDataError
 SCHEMA_VERSION = 1
 INFO_FILE = "dataset.json"
 SPLITS = ("train", "val", "test")
-IMAGE_MODES = ("encoded", "feature", "regions")
+# "none": a captions-only dataset (no image feature at all), for relevance and evaluation work; not trainable.
+IMAGE_MODES = ("encoded", "feature", "regions", "none")
 
 # Relevance slots: name -> (key suffix -> (dtype, values per caption or per image)).
 # "truth": the synthetic world's facts (exact relevance); later issues add cider, sbert and neighbours.
@@ -144,7 +145,7 @@ def feature_spec(info: DatasetInfo) -> dict[str, Any]:
     elif info.image_mode == "regions":
         spec["image/regions"] = tf.io.VarLenFeature(tf.float32)
         spec["image/regions_shape"] = tf.io.FixedLenFeature([2], tf.int64)
-    else:
+    elif info.image_mode != "none":
         raise KitmDataError(f"Unknown image_mode {info.image_mode!r}; expected one of {IMAGE_MODES}.")
     for slot, meta in info.relevance.items():
         for key, (dtype, length) in meta["features"].items():
