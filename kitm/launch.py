@@ -129,6 +129,15 @@ BUILD_COMMANDS = {
             "--images=<dir>/flickr30k-images --out={data_dir}",
     "f8k": "python -m kitm.data.build --dataset=karpathy --karpathy_json=<dir>/dataset_flickr8k.json "
            "--images=<dir>/Flicker8k_Dataset --out={data_dir}",
+    "f8k_text": "python -m kitm.data.build --dataset=flickr8k --flickr8k_dir=<dir>/Flickr8k_text "
+                "--images=<dir>/Flicker8k_Dataset --out={data_dir}",
+    "coco_captions": "python -m kitm.data.build --dataset=coco_captions --coco_captions=<dir>/annotations/"
+                     "captions_train2014.json,<dir>/annotations/captions_val2014.json --karpathy_json=<dir>/"
+                     "dataset_coco.json --images=<dir with train2014/ and val2014/> --out={data_dir}",
+    "f30k_precomp": "python -m kitm.data.build --dataset=precomputed --features_dir=<dir> --name=f30k_precomp "
+                    "--out={data_dir}",
+    "coco_precomp": "python -m kitm.data.build --dataset=precomputed --features_dir=<dir> --name=coco_precomp "
+                    "--out={data_dir}",
 }
 
 
@@ -245,6 +254,9 @@ def check_flags_against_data(info) -> None:
                     "list); a synthetic world built by the launcher is rebuilt if you delete its folder")
             raise LaunchError(f"{needed_by} needs the '{slot}' relevance rows; {FLAGS.data_dir} has relevance "
                               f"slots {sorted(info.relevance) or 'none'}: {hint}.")
+    if info.image_mode == "none":
+        raise LaunchError(f"{FLAGS.data_dir} holds captions only (built without images, e.g. from the Flickr8K token "
+                          "files without --images); rebuild it with --images to train on it.")
     if FLAGS.image_encoder == "features_mlp" and info.image_mode == "encoded":
         raise LaunchError("--image_encoder=features_mlp needs a dataset of precomputed features; "
                           f"{FLAGS.data_dir} holds encoded images.")

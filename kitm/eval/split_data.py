@@ -71,6 +71,9 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
     spec = schema.feature_spec(info)
     truth = "truth" in info.relevance
     keys = ["image/id", "captions"]
+    if with_images and info.image_mode == "none":
+        raise KitmDataError(f"The dataset at {data_dir} holds captions only (built without images); it can be "
+                            "read with with_images=False, or evaluated from a similarity matrix (--sims).")
     if with_images:
         keys.append({"encoded": "image/encoded", "feature": "image/feature", "regions": "image/regions"}
                     [info.image_mode])

@@ -240,6 +240,10 @@ class DocumentFrequency:
         try:
             with os.fdopen(handle, "wb") as stream:
                 stream.write(data)
+            # mkstemp creates the file readable by its owner only; give it the usual umask-based mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
             os.replace(temporary, path)
         except BaseException:
             if os.path.exists(temporary):
