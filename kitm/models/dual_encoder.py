@@ -9,6 +9,14 @@ quantizer, its image-index classifier heads) together with the optimizer that up
 `loss.optimizer_groups()` -> [(optimizer, variables)]. The training step takes one gradient tape over the
 weighted total and applies the model's optimizer to the model's weights and each group's optimizer to
 its own variables.
+
+Under a mixed-precision policy (`kitm.training.precision`) the towers compute in float16/bfloat16 and the
+embeddings are cast to float32 before the L2 normalisation, so similarities and losses are float32; with a
+`LossScaleOptimizer` (mixed_float16) the step scales the loss and unscales the loss-owned groups' gradients.
+
+`compile(monitors=[...])` adds batch statistics that are not losses (e.g.
+`kitm.callbacks.monitoring.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
+on every step and logged like the loss terms.
 """
 
 from __future__ import annotations
@@ -43,14 +51,16 @@ class DualEncoder(keras.Model):
         self.loss_functions: dict[str, RetrievalLoss] = {}
         self.loss_weights_by_name: dict[str, float] = {}
         object.__setattr__(self, "term_trackers", {})
+        object.__setattr__(self, "batch_monitors", [])
 
     def encode_image(self, images, training=False):
         features = self.image_encoder(images, training=training)
-        return tf.math.l2_normalize(self.image_projection(features), axis=-1)
+        # float32 before normalising: under mixed precision the similarities and losses stay float32.
+        return tf.math.l2_normalize(tf.cast(self.image_projection(features), tf.float32), axis=-1)
 
     def encode_text(self, token_ids, training=False):
         features = self.text_encoder(token_ids, training=training)
-        return tf.math.l2_normalize(self.text_projection(features), axis=-1)
+        return tf.math.l2_normalize(tf.cast(self.text_projection(features), tf.float32), axis=-1)
 
     def call(self, inputs, training=False):
         return {"image": self.encode_image(inputs["image"], training=training),
@@ -65,8 +75,9 @@ class DualEncoder(keras.Model):
         self(example, training=False)
 
     def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,
-                loss_weights: Mapping[str, float] | None = None, **kwargs):
-        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`."""
+                loss_weights: Mapping[str, float] | None = None, monitors=(), **kwargs):
+        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`, and optional `monitors`:
+        Keras metrics updated with `(y_true, y_pred)` every step (module docstring)."""
         if "loss" in kwargs:
             raise ValueError("DualEncoder takes its objectives as `losses={name: RetrievalLoss}`, not `loss=`.")
         losses = dict(losses or {})
@@ -85,12 +96,13 @@ class DualEncoder(keras.Model):
         # Set past Keras' attribute tracking: compile may follow build (which locks new state), and these
         # metrics are reported through the `metrics` property below, never saved with the weights.
         object.__setattr__(self, "term_trackers", trackers)
+        object.__setattr__(self, "batch_monitors", list(monitors or ()))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
         if not self.loss_functions:
             raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
-        total = tf.constant(0.0, dtype=self.compute_dtype)
+        total = tf.constant(0.0, dtype=tf.float32)  # float32 also under a mixed-precision policy
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
             weight = self.loss_weights_by_name[name]
@@ -100,6 +112,8 @@ class DualEncoder(keras.Model):
                 value = tf.cast(reduce_per_row(values, loss.reduction), total.dtype)
                 self.term_trackers[f"{name}/{term}"].update_state(value)
                 total = total + weight * value
+        for monitor in self.batch_monitors:
+            monitor.update_state(y, y_pred)
         if self.losses:  # layer regularisers
             total = total + tf.add_n([tf.cast(l, total.dtype) for l in self.losses])
         # Like Keras' own losses, divide by the replica count: gradients are summed across replicas.
@@ -116,16 +130,23 @@ class DualEncoder(keras.Model):
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            # A LossScaleOptimizer (mixed_float16) scales the loss against float16 underflow; else a no-op.
+            scaled = self.optimizer.scale_loss(total)
         # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
         groups = [(self.optimizer, list(self.trainable_weights))]
         for loss in self.loss_functions.values():
             owned = getattr(loss, "optimizer_groups", None)
             groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
         groups = [(optimizer, variables) for optimizer, variables in groups if variables]
-        gradients = tape.gradient(total, [v for _, variables in groups for v in variables])
+        gradients = tape.gradient(scaled, [v for _, variables in groups for v in variables])
+        # The model's LossScaleOptimizer unscales its own gradients; the loss-owned optimizers get them unscaled.
+        scale = self.optimizer.scale_loss(tf.constant(1.0))
         start = 0
         for optimizer, variables in groups:
-            optimizer.apply_gradients(zip(gradients[start:start + len(variables)], variables))
+            group = gradients[start:start + len(variables)]
+            if optimizer is not self.optimizer:
+                group = [None if g is None else g / tf.cast(scale, g.dtype) for g in group]
+            optimizer.apply_gradients(zip(group, variables))
             start += len(variables)
         # Keras logs the loss summed over replicas; compute_loss divided it by their number.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -134,7 +155,7 @@ class DualEncoder(keras.Model):
 
     @property
     def metrics(self):
-        return super().metrics + list(self.term_trackers.values())
+        return super().metrics + list(self.term_trackers.values()) + list(self.batch_monitors)
 
     def get_config(self):
         return {
