@@ -106,6 +106,36 @@ def test_mixed_precision_trains_with_float32_embeddings_and_losses(policy, resto
     np.testing.assert_allclose(np.linalg.norm(out["text"].numpy(), axis=1), 1.0, atol=1e-5)
 
 
+def test_loss_owned_parameters_take_unscaled_gradients_under_float16_loss_scaling(restore_policy):
+    """Semantic centres (a loss's own float32 parameters, their own SGD) move as in float32 while the model's
+    LossScaleOptimizer works on the scaled loss (skipping its first step, which overflows at the 2^15 scale)."""
+    from kitm.losses import SemanticCenterLoss
+
+    rng = np.random.default_rng(4)
+    x = {"image": rng.normal(size=(6, 5)).astype(np.float32), "tokens": rng.normal(size=(6, 7)).astype(np.float32)}
+    # One step: the model's float16 step overflows and is skipped, so later embeddings would differ from float32's.
+    data = tf.data.Dataset.from_tensors((x, {"image_index": np.arange(6, dtype=np.int32)}))
+    centres = {}
+    for policy in ("float32", "mixed_float16"):
+        keras.mixed_precision.set_global_policy(policy)
+        keras.utils.set_random_seed(0)
+        model = DualEncoder(keras.layers.Dense(12), keras.layers.Dense(12), embedding_dim=4)
+        loss = SemanticCenterLoss(6, 4, centers_initializer="random_normal")
+        model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "centers": loss})
+        start = loss.centers.numpy().copy()
+        model.fit(data, epochs=1, verbose=0)
+        centres[policy] = (start, loss.centers.numpy())
+        if policy == "mixed_float16":
+            assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+            assert float(model.optimizer.dynamic_scale) == 2.0 ** 14  # the overflowing step was skipped
+    np.testing.assert_array_equal(centres["float32"][0], centres["mixed_float16"][0])
+    moved = centres["float32"][1] - centres["float32"][0]
+    assert np.abs(moved).max() > 1e-3
+    # The same SGD steps up to float16 rounding of the embeddings (unscaled: a 2^15 scale would explode them).
+    np.testing.assert_allclose(centres["mixed_float16"][1] - centres["mixed_float16"][0], moved, rtol=0.05,
+                               atol=2e-3)
+
+
 def test_precision_helper_picks_bfloat16_on_cpu(restore_policy):
     from kitm.training.precision import set_mixed_precision
 

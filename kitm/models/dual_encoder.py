@@ -12,7 +12,8 @@ its own variables.
 
 Under a mixed-precision policy (`kitm.training.precision`) the towers compute in float16/bfloat16 and the
 embeddings are cast to float32 before the L2 normalisation, so similarities and losses are float32; with a
-`LossScaleOptimizer` (mixed_float16) the step scales the loss and unscales the loss-owned groups' gradients.
+`LossScaleOptimizer` (mixed_float16) the model's weights take the scaled loss's gradients and the loss-owned
+groups the unscaled loss's.
 
 `compile(monitors=[...])` adds batch statistics that are not losses (e.g.
 `kitm.callbacks.monitoring.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
@@ -127,10 +128,15 @@ class DualEncoder(keras.Model):
         Keras freezing, compile again afterwards.
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
+        # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
+        # the scaled loss and unscales them (the LossScaleOptimizer also skips steps whose gradients overflowed).
+        # A loss's own parameters are float32 and reached through float32 ops only, so they take the unscaled
+        # loss's gradients from the same (then persistent) tape.
+        loss_scaling = (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+                        or getattr(self.optimizer, "loss_scale_factor", None) is not None)
+        with tf.GradientTape(persistent=loss_scaling) as tape:
             y_pred = self(x, training=True)
             total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
-            # A LossScaleOptimizer (mixed_float16) scales the loss against float16 underflow; else a no-op.
             scaled = self.optimizer.scale_loss(total)
         # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
         groups = [(self.optimizer, list(self.trainable_weights))]
@@ -138,16 +144,18 @@ class DualEncoder(keras.Model):
             owned = getattr(loss, "optimizer_groups", None)
             groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
         groups = [(optimizer, variables) for optimizer, variables in groups if variables]
-        gradients = tape.gradient(scaled, [v for _, variables in groups for v in variables])
-        # The model's LossScaleOptimizer unscales its own gradients; the loss-owned optimizers get them unscaled.
-        scale = self.optimizer.scale_loss(tf.constant(1.0))
-        start = 0
-        for optimizer, variables in groups:
-            group = gradients[start:start + len(variables)]
-            if optimizer is not self.optimizer:
-                group = [None if g is None else g / tf.cast(scale, g.dtype) for g in group]
+        if loss_scaling:
+            gradients = [tape.gradient(scaled if optimizer is self.optimizer else total, variables)
+                         for optimizer, variables in groups]
+            del tape
+        else:
+            flat = tape.gradient(total, [v for _, variables in groups for v in variables])
+            gradients, start = [], 0
+            for _, variables in groups:
+                gradients.append(flat[start:start + len(variables)])
+                start += len(variables)
+        for (optimizer, variables), group in zip(groups, gradients):
             optimizer.apply_gradients(zip(group, variables))
-            start += len(variables)
         # Keras logs the loss summed over replicas; compute_loss divided it by their number.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
