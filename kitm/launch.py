@@ -3,12 +3,13 @@
 The only module of kitm that knows about absl flags. Everything it builds is importable and usable without it.
 A run directory holds:
     vocabulary.txt          the caption vocabulary (also inside the SavedModel)
-    logs/                   TensorBoard: every loss term, learning rate, validation retrieval figures
+    logs/                   TensorBoard: every loss term, learning rate, relevance statistics, validation
+                            retrieval figures, hparams (flags + test figures), projector/ (embeddings)
     checkpoints/            weights after every epoch (last.weights.h5)
     backup/                 Keras BackupAndRestore state: a killed run started again resumes here
     evaluations.jsonl       one line per validation evaluation
     summary.json            flags, data, timings and the final test figures
-    export/1/               the SavedModel (encode_text, encode_image, score)
+    export/<n>/             the SavedModels (encode_text, encode_image, score); each export adds a version
 """
 
 from __future__ import annotations
@@ -94,6 +95,19 @@ flags.DEFINE_integer("lr_decay_epochs", 15, "Multiply the learning rate by lr_de
                      "(0: never).", lower_bound=0)
 flags.DEFINE_float("lr_decay_factor", 0.1, "Step decay factor.", lower_bound=0.0, upper_bound=1.0)
 flags.DEFINE_float("grad_clip_norm", 2.0, "Clip the global gradient norm (VSE++: 2.0; 0 disables).", lower_bound=0.0)
+flags.DEFINE_enum("lr_schedule", "step", ["step", "cosine"],
+                  "step: x lr_decay_factor every lr_decay_epochs; cosine: linear warm-up, then a cosine to 0.")
+flags.DEFINE_float("warmup_epochs", 0.0, "Cosine schedule: linear warm-up over this many epochs.", lower_bound=0.0)
+flags.DEFINE_integer("warmup_steps", 0, "Cosine schedule: linear warm-up over this many steps (instead of "
+                     "--warmup_epochs).", lower_bound=0)
+flags.DEFINE_bool("mixed_precision", False, "Compute in float16 (GPU) or bfloat16 (CPU) with float32 weights; "
+                  "losses stay float32.")
+flags.DEFINE_enum("jit_compile", "auto", ["auto", "true", "false"],
+                  "XLA-compile the training step (auto: Keras' choice, on with a GPU, off on CPU).")
+flags.DEFINE_integer("finetune_after_epochs", 0, "ResNet encoders: train with the backbone frozen for this many "
+                     "epochs, then fine-tune it too (VSE++ 'FT'; 0: never).", lower_bound=0)
+flags.DEFINE_float("finetune_learning_rate", None, "Learning rate of the fine-tuning phase (default "
+                   "learning_rate / 10, as VSE++).", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "Seed for the synthetic world, data order and initialisation.")
 # Distribution.
 flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
@@ -105,6 +119,10 @@ flags.DEFINE_string("run_dir", None, "Run directory (default runs/<dataset>).")
 flags.DEFINE_integer("eval_every_epochs", 5, "Validation retrieval every this many epochs (0: never).",
                      lower_bound=0)
 flags.DEFINE_integer("eval_images", 1000, "Validation images used by the periodic evaluation.", lower_bound=1)
+flags.DEFINE_integer("test_crops", 1, "Embed each evaluation/test image as the mean over this many random crops "
+                     "(seed 003: 20; 1: the centre crop).", lower_bound=1)
+flags.DEFINE_integer("projector_samples", 500, "Validation images (with their captions) in TensorBoard's "
+                     "embedding projector, written at each evaluation and at the end (0: none).", lower_bound=0)
 flags.DEFINE_enum("eval_relevance", "auto", ["auto", "none", "truth", "cider", "sbert"],
                   "Relevance behind the validation NCS, SR and CS figures (auto: truth when the dataset has it, "
                   "else none).")
@@ -369,14 +387,46 @@ def build_objective() -> tuple[dict, dict]:
     return losses, loss_weights
 
 
-def learning_rate_schedule(steps_per_epoch: int):
-    import keras
+def finetune_learning_rate() -> float:
+    return FLAGS.finetune_learning_rate if FLAGS.finetune_learning_rate is not None else FLAGS.learning_rate / 10
 
-    if not FLAGS.lr_decay_epochs or FLAGS.lr_decay_epochs >= FLAGS.epochs:
-        return FLAGS.learning_rate
-    boundaries = list(range(FLAGS.lr_decay_epochs, FLAGS.epochs, FLAGS.lr_decay_epochs))
-    values = [FLAGS.learning_rate * FLAGS.lr_decay_factor ** i for i in range(len(boundaries) + 1)]
-    return keras.optimizers.schedules.PiecewiseConstantDecay([b * steps_per_epoch for b in boundaries], values)
+
+def learning_rate_schedule(steps_per_epoch: int):
+    """Adam's learning rate from the flags (kitm.training.schedules.build_schedule)."""
+    from kitm.training.schedules import build_schedule
+
+    warmup = FLAGS.warmup_steps or round(FLAGS.warmup_epochs * steps_per_epoch)
+    try:
+        return build_schedule(FLAGS.lr_schedule, FLAGS.learning_rate, steps_per_epoch=steps_per_epoch,
+                              epochs=FLAGS.epochs, decay_epochs=FLAGS.lr_decay_epochs,
+                              decay_factor=FLAGS.lr_decay_factor, warmup_steps=warmup,
+                              finetune_after_epochs=FLAGS.finetune_after_epochs,
+                              finetune_learning_rate=finetune_learning_rate())
+    except ValueError as error:
+        raise LaunchError(f"--lr_schedule={FLAGS.lr_schedule} (warm-up {warmup} steps, "
+                          f"--finetune_after_epochs={FLAGS.finetune_after_epochs}): {error}") from error
+
+
+def check_training_controls(info) -> None:
+    """Flags of kitm.training that contradict each other, the model or the data."""
+    if FLAGS.warmup_steps and FLAGS.warmup_epochs:
+        raise LaunchError("Give --warmup_epochs or --warmup_steps, not both.")
+    if (FLAGS.warmup_steps or FLAGS.warmup_epochs) and FLAGS.lr_schedule != "cosine":
+        raise LaunchError(f"--warmup_epochs/--warmup_steps: the warm-up is part of the cosine schedule; add "
+                          f"--lr_schedule=cosine (got --lr_schedule={FLAGS.lr_schedule}).")
+    if FLAGS.finetune_after_epochs:
+        if FLAGS.image_encoder not in ("resnet50", "resnet152"):
+            raise LaunchError(f"--finetune_after_epochs needs a pretrained backbone (--image_encoder=resnet50 or "
+                              f"resnet152); got --image_encoder={FLAGS.image_encoder}.")
+        if FLAGS.finetune_backbone:
+            raise LaunchError("--finetune_after_epochs freezes the backbone first; it contradicts "
+                              "--finetune_backbone (which trains it from the start).")
+        if FLAGS.finetune_after_epochs >= FLAGS.epochs:
+            raise LaunchError(f"--finetune_after_epochs={FLAGS.finetune_after_epochs} leaves no fine-tuning epoch "
+                              f"within --epochs={FLAGS.epochs}.")
+    if FLAGS.test_crops > 1 and info.image_mode != "encoded":
+        raise LaunchError(f"--test_crops={FLAGS.test_crops} crops images; {FLAGS.data_dir} holds "
+                          f"{info.image_mode} features.")
 
 
 def diagnose_read_failure(data_dir: pathlib.Path, info, error: Exception) -> LaunchError | None:
@@ -439,16 +489,21 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     import keras
     import tensorflow as tf
 
+    from kitm.callbacks import monitoring
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
     from kitm.eval import build_report, format_report
+    from kitm.eval.report import rsum
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
-    from kitm.serving import export_saved_model
+    from kitm.serving import export_new_version
+    from kitm.training import finetune, precision
 
     replicas = strategy.num_replicas_in_sync
+    check_training_controls(info)
+    print(f"Dtype policy: {precision.set_mixed_precision(FLAGS.mixed_precision)}.")
 
     vocabulary_path = run_dir / "vocabulary.txt"
     if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
@@ -466,7 +521,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         relevance=FLAGS.relevance, crop_area=(FLAGS.crop_area_min, 1.0), flip=FLAGS.flip,
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
         cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
-        neighbor_draw=FLAGS.neighbor_draw)
+        neighbor_draw=FLAGS.neighbor_draw, test_crops=FLAGS.test_crops)
     train = training_dataset(data_dir, "train", tokenizer, config)
     samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
     steps_per_epoch = samples // FLAGS.batch_size
@@ -480,11 +535,20 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         model.build_from_inputs(train.element_spec[0])
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
+        jit_compile = {"auto": "auto", "true": True, "false": False}[FLAGS.jit_compile]
+        monitors = [monitoring.RelevanceStatistics()] if FLAGS.relevance != "none" else []
         losses, loss_weights = build_objective()
-        model.compile(optimizer, losses=losses, loss_weights=loss_weights)
+        model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors, jit_compile=jit_compile)
+        if FLAGS.finetune_after_epochs:
+            finetune.prepare_backbone_finetuning(model)
+
+    monitoring.write_hparams(run_dir / "logs", {name: FLAGS[name].value for name in KITM_FLAG_NAMES},
+                             trial_id=run_dir.name)
 
     callbacks = [keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.BackupAndRestore(str(run_dir / "backup"))]
+    if FLAGS.finetune_after_epochs:
+        callbacks.append(finetune.BackboneFineTuning(FLAGS.finetune_after_epochs, verbose=int(FLAGS.progress)))
     eval_split = "val" if "val" in info.splits else None
     if FLAGS.eval_every_epochs and eval_split:
         val = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.eval_images)
@@ -494,6 +558,11 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                                              jsonl_path=str(run_dir / "evaluations.jsonl"),
                                              log_dir=str(run_dir / "logs" / "validation"),
                                              **evaluation_relevance(data_dir, eval_split, info, FLAGS.eval_images)))
+    if FLAGS.projector_samples and eval_split:
+        subset = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.projector_samples)
+        callbacks.append(monitoring.ProjectorCallback(subset, run_dir / "logs", num_images=FLAGS.projector_samples,
+                                                      captions_per_image=info.captions_per_image,
+                                                      every_epochs=FLAGS.eval_every_epochs))
     callbacks += [
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),
@@ -514,11 +583,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                                    relevance=relevance, ks=recall_cutoffs(info.num_images(test_split)))
         report = full_report["all"]
         print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
+        monitoring.write_final_figures(run_dir / "logs", {**flatten_report(report, ""), "rsum": rsum(report)},
+                                       step=len(history.history.get("loss", [])))
 
     export_path = None
     if FLAGS.export:
         feature_dim = info.feature_dim if info.image_mode != "encoded" else None
-        export_path = export_saved_model(model, tokenizer, run_dir / "export" / "1", image_mode=info.image_mode,
+        export_path = export_new_version(model, tokenizer, run_dir / "export", image_mode=info.image_mode,
                                          image_size=FLAGS.image_size, eval_crop_fraction=FLAGS.eval_crop_fraction,
                                          feature_dim=feature_dim)
         print(f"SavedModel: {export_path}")

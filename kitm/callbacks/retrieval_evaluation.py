@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from kitm.eval.ranking import top_k_indices
 from kitm.eval.report import build_report, flatten_figures, rsum
+from kitm.models.inference import encode_images
 
 RelevanceFn = Callable[[Sequence[str], int], np.ndarray]
 
@@ -58,8 +59,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
     """Every `every_epochs` epochs: embed `dataset`, evaluate retrieval, log it (module docstring).
 
     Args:
-      dataset: a ``kitm.data.pipeline.evaluation_dataset`` (elements with "image" [B, H, W, 3] or
-        features [B, F], "tokens" [B, C, T] and "captions" [B, C]), every image once.
+      dataset: a ``kitm.data.pipeline.evaluation_dataset`` (elements with "image" [B, H, W, 3],
+        test-time crops [B, N, H, W, 3] (embeddings averaged) or features [B, F], "tokens" [B, C, T] and "captions" [B, C]), every image once.
       captions_per_image: C.
       every_epochs: evaluate after epochs every_epochs, 2 * every_epochs, ...
       prefix: prefix of the log keys ("val_": Keras' TensorBoard callback routes them to its
@@ -132,7 +133,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             def encode(images, tokens):
                 shape = tf.shape(tokens)
                 text = model.encode_text(tf.reshape(tokens, [-1, shape[-1]]), training=False)
-                return model.encode_image(images, training=False), text
+                return encode_images(model, images), text
 
             self._encode = (model, encode)
         return self._encode[1]
@@ -160,6 +161,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             seen += images[-1].shape[0]
             if want_captions and "captions" in batch:
                 captions.extend(c.decode("utf-8") for c in batch["captions"].numpy().reshape(-1))
+            if self._wants_thumbnails() and pixels.shape.rank == 5:  # test-time crops: show the first
+                pixels = pixels[:, 0]
             if self._wants_thumbnails() and pixels.shape.rank == 4:
                 small = tf.image.resize(pixels, [self.thumbnail_size] * 2, antialias=True)
                 thumbnails.append(tf.image.convert_image_dtype(tf.clip_by_value(small, 0.0, 1.0), tf.uint8,

@@ -12,7 +12,9 @@ On one device, b = B.
 
 Augmentation uses TF Model Garden's vision ops (`official.vision.ops.preprocess_ops`): a random crop
 covering 80-100% of the area, resized back, and an optional horizontal flip (off for the synthetic
-world, whose captions say "left" and "right"). Evaluation crops the centre deterministically.
+world, whose captions say "left" and "right"). Evaluation crops the centre deterministically, or, with
+`test_crops=N > 1`, takes N crops of the same size at random positions (`eval_crops`; the model averages
+their embeddings, `kitm.models.inference`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class PipelineConfig:
             (`kitm.data.neighbor_batching`; needs the records' neighbors slot; holds the split's records in memory).
         neighbor_draw: "mutual" (a seed's partner is drawn among its mutual neighbours when it has any) or
             "uniform" (among all its k neighbours).
+        test_crops: N; evaluation images become N random crops [N, H, W, 3] (1: the centre crop [H, W, 3]).
     """
 
     batch_size: int = 128
@@ -73,6 +76,7 @@ class PipelineConfig:
     cache: bool = False
     neighbor_batching: bool = False
     neighbor_draw: str = "mutual"
+    test_crops: int = 1
 
     def __post_init__(self):
         if self.captions not in CAPTION_MODES:
@@ -88,6 +92,8 @@ class PipelineConfig:
             raise ValueError(f"neighbor_draw must be 'mutual' or 'uniform'; got {self.neighbor_draw!r}.")
         if not 0 < self.eval_crop_fraction <= 1:
             raise ValueError(f"eval_crop_fraction must be in (0, 1]; got {self.eval_crop_fraction}.")
+        if isinstance(self.test_crops, bool) or int(self.test_crops) != self.test_crops or self.test_crops < 1:
+            raise ValueError(f"test_crops must be a positive integer; got {self.test_crops!r}.")
 
 
 def decode_image(encoded: tf.Tensor) -> tf.Tensor:
@@ -121,6 +127,27 @@ def check_image_input(info: schema.DatasetInfo) -> None:
         raise KitmDataError(f"Dataset '{info.name}' is captions-only (image_mode 'none': its records hold no images); "
                             "it serves relevance and caption work, not image input. Rebuild it with images "
                             "(python -m kitm.data.build ... --images=<folder>).")
+def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crops: int, seed) -> tf.Tensor:
+    """`num_crops` square crops of side crop_fraction x the shorter side at uniformly random positions, resized:
+    float32 [num_crops, image_size, image_size, 3].
+
+    The test-time crops of seed 003 (Sec. 4.1, after Huang et al.: 20 random crops, embeddings averaged) at
+    the evaluation crop's size, so the crops differ from the centre crop only in position. `seed` (int
+    [2]) makes them stateless: an image gets the same crops at every evaluation. Vectorised: one gather per
+    axis cuts all crops, one resize scales them.
+    """
+    shape = tf.shape(image)
+    side = tf.cast(crop_fraction * tf.cast(tf.minimum(shape[0], shape[1]), tf.float32), tf.int32)
+    upper = tf.stack([shape[0] - side, shape[1] - side]) + 1  # offsets 0 .. H - side (and W - side)
+    offsets = tf.random.stateless_uniform([num_crops, 2], seed=seed, minval=0, maxval=2 ** 30, dtype=tf.int32)
+    offsets = offsets % upper[None, :]
+    span = tf.range(side)
+    rows = offsets[:, 0:1] + span[None, :]  # [N, side]
+    cols = offsets[:, 1:2] + span[None, :]
+    crops = tf.gather(image, rows)  # [N, side, W, 3]
+    crops = tf.gather(crops, cols, axis=2, batch_dims=1)  # [N, side, side, 3]
+    crops = tf.image.resize(crops, [image_size, image_size], antialias=True)
+    return tf.ensure_shape(tf.clip_by_value(crops, 0.0, 1.0), [num_crops, image_size, image_size, 3])
 
 
 def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
@@ -326,6 +353,8 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
 
     Elements: {"image": [B, ...], "tokens": int32 [B, C, T], "captions": string [B, C], "image_index": [B],
     "caption_index": [B, C]}. Images are centre-cropped, never augmented; the last batch may be short.
+    With `config.test_crops = N > 1`, "image" is [B, N, H, W, 3] (`eval_crops`, seeded by `config.seed` and
+    the image id) and B is batch_size // N, so that a batch holds about batch_size crops.
     """
     info, records = _records(root, split, dataclasses.replace(config, deterministic=True), training=False)
     if limit is not None:
@@ -333,7 +362,10 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
 
     def prepare(parsed):
         image = image_input(parsed, info)
-        if info.image_mode == "encoded":
+        if info.image_mode == "encoded" and config.test_crops > 1:
+            seed = tf.stack([tf.constant(config.seed or 0, tf.int64), tf.cast(parsed["image/id"], tf.int64)])
+            image = eval_crops(image, config.image_size, config.eval_crop_fraction, config.test_crops, seed)
+        elif info.image_mode == "encoded":
             image = eval_image(image, config.image_size, config.eval_crop_fraction)
         return {"image": image, "captions": parsed["captions"], "image_index": tf.cast(parsed["image/id"], tf.int32),
                 "caption_index": tf.cast(parsed["caption/ids"], tf.int32)}
@@ -346,7 +378,8 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
         return batch
 
     dataset = records.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.batch(config.batch_size).map(tokenize).prefetch(tf.data.AUTOTUNE)
+    batch_size = max(1, config.batch_size // config.test_crops) if info.image_mode == "encoded" else config.batch_size
+    return dataset.batch(batch_size).map(tokenize).prefetch(tf.data.AUTOTUNE)
 
 
 def training_captions(root: str | os.PathLike, split: str = "train") -> list[str]:

@@ -7,7 +7,7 @@ Two ways in:
      python -m kitm.eval --run_dir=runs/synthetic --split=test --relevance=truth
 
    reads ``summary.json`` for the dataset folder, reads the split's records in evaluation order,
-   embeds images and captions through the run's SavedModel (``export/1``: ``encode_image``,
+   embeds images and captions through the run's newest SavedModel (``export/<n>``: ``encode_image``,
    ``encode_text``), and scores ``sims = images @ captions.T``.
 
 2. A similarity matrix from anywhere (a model trained elsewhere)::
@@ -71,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "table.",
                      epilog=_EXAMPLES)
     source = parser.add_argument_group("what to score (one of --run_dir, --sims)")
-    source.add_argument("--run_dir", help="Run directory of python -m kitm.launch (summary.json, export/1).")
+    source.add_argument("--run_dir", help="Run directory of python -m kitm.launch (summary.json, export/<n>).")
     source.add_argument("--sims", help="Similarity matrix [images, captions]: .npy, or .json as the NCS reference "
                                        "stores it (a list of rows, one per image), or .csv.")
-    source.add_argument("--export_dir", help="SavedModel to embed with (default <run_dir>/export/1).")
+    source.add_argument("--export_dir", help="SavedModel to embed with (default: the run's highest version, <run_dir>/export/<n>).")
     source.add_argument("--data_dir", help="Dataset folder (default: the run's, from summary.json). With --sims: "
                                            "the dataset whose split the rows and columns of --sims are.")
     source.add_argument("--split", default="test", help="Split of the dataset to score (default test).")
@@ -178,13 +178,13 @@ def _run(args: argparse.Namespace) -> int:
     data = None
     started = time.time()
     if args.run_dir:
-        from kitm.eval.run_dir import EXPORT_SUBDIR, embed_with_saved_model, load_saved_model, read_summary, \
+        from kitm.eval.run_dir import default_export_dir, embed_with_saved_model, load_saved_model, read_summary, \
             run_data_dir
         from kitm.eval.split_data import read_split
 
         summary = read_summary(args.run_dir)
         data_dir = run_data_dir(args.run_dir, summary, args.data_dir)
-        export_dir = pathlib.Path(args.export_dir) if args.export_dir else pathlib.Path(args.run_dir) / EXPORT_SUBDIR
+        export_dir = pathlib.Path(args.export_dir) if args.export_dir else default_export_dir(args.run_dir)
         loaded = load_saved_model(export_dir)
         data = read_split(data_dir, args.split, limit=args.num_images)
         if args.relevance == "truth" and data.scene_facts is None:  # fail before the costly embedding

@@ -1,7 +1,7 @@
 """Scoring a run directory of ``python -m kitm.launch``: its data, its SavedModel, its similarity matrix.
 
-A run directory holds ``summary.json`` (its "flags" name the ``data_dir``) and the SavedModel
-``export/1`` with the signatures ``encode_text(captions)`` and ``encode_image(images)`` (encoded
+A run directory holds ``summary.json`` (its "flags" name the ``data_dir``) and the SavedModel versions
+``export/<n>`` (the highest is used) with the signatures ``encode_text(captions)`` and ``encode_image(images)`` (encoded
 bytes; preprocessing inside the graph) or ``encode_image(features)``. Embedding goes through those
 signatures, so what is scored is exactly what is served.
 """
@@ -19,6 +19,13 @@ from kitm.data.errors import KitmDataError
 
 SUMMARY_FILE = "summary.json"
 EXPORT_SUBDIR = pathlib.Path("export") / "1"
+
+
+def default_export_dir(run_dir: str | os.PathLike) -> pathlib.Path:
+    """The run's newest SavedModel version, `<run_dir>/export/<highest n>` (`<run_dir>/export/1` if none)."""
+    from kitm.serving.versions import latest_version_dir
+
+    return latest_version_dir(pathlib.Path(run_dir) / "export") or pathlib.Path(run_dir) / EXPORT_SUBDIR
 
 
 def read_summary(run_dir: str | os.PathLike) -> dict:

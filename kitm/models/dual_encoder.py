@@ -9,6 +9,15 @@ quantizer, its image-index classifier heads) together with the optimizer that up
 `loss.optimizer_groups()` -> [(optimizer, variables)]. The training step takes one gradient tape over the
 weighted total and applies the model's optimizer to the model's weights and each group's optimizer to
 its own variables.
+
+Under a mixed-precision policy (`kitm.training.precision`) the towers compute in float16/bfloat16 and the
+embeddings are cast to float32 before the L2 normalisation, so similarities and losses are float32; with a
+`LossScaleOptimizer` (mixed_float16) the model's weights take the scaled loss's gradients and the loss-owned
+groups the unscaled loss's.
+
+`compile(monitors=[...])` adds batch statistics that are not losses (e.g.
+`kitm.callbacks.monitoring.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
+on every step and logged like the loss terms.
 """
 
 from __future__ import annotations
@@ -43,14 +52,16 @@ class DualEncoder(keras.Model):
         self.loss_functions: dict[str, RetrievalLoss] = {}
         self.loss_weights_by_name: dict[str, float] = {}
         object.__setattr__(self, "term_trackers", {})
+        object.__setattr__(self, "batch_monitors", [])
 
     def encode_image(self, images, training=False):
         features = self.image_encoder(images, training=training)
-        return tf.math.l2_normalize(self.image_projection(features), axis=-1)
+        # float32 before normalising: under mixed precision the similarities and losses stay float32.
+        return tf.math.l2_normalize(tf.cast(self.image_projection(features), tf.float32), axis=-1)
 
     def encode_text(self, token_ids, training=False):
         features = self.text_encoder(token_ids, training=training)
-        return tf.math.l2_normalize(self.text_projection(features), axis=-1)
+        return tf.math.l2_normalize(tf.cast(self.text_projection(features), tf.float32), axis=-1)
 
     def call(self, inputs, training=False):
         return {"image": self.encode_image(inputs["image"], training=training),
@@ -65,8 +76,9 @@ class DualEncoder(keras.Model):
         self(example, training=False)
 
     def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,
-                loss_weights: Mapping[str, float] | None = None, **kwargs):
-        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`."""
+                loss_weights: Mapping[str, float] | None = None, monitors=(), **kwargs):
+        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`, and optional `monitors`:
+        Keras metrics updated with `(y_true, y_pred)` every step (module docstring)."""
         if "loss" in kwargs:
             raise ValueError("DualEncoder takes its objectives as `losses={name: RetrievalLoss}`, not `loss=`.")
         losses = dict(losses or {})
@@ -88,12 +100,13 @@ class DualEncoder(keras.Model):
         # Set past Keras' attribute tracking: compile may follow build (which locks new state), and these
         # metrics are reported through the `metrics` property below, never saved with the weights.
         object.__setattr__(self, "term_trackers", trackers)
+        object.__setattr__(self, "batch_monitors", list(monitors or ()))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
         if not self.loss_functions:
             raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
-        total = tf.constant(0.0, dtype=self.compute_dtype)
+        total = tf.constant(0.0, dtype=tf.float32)  # float32 also under a mixed-precision policy
         coverage = self.term_trackers.get("neighbor_coverage")
         if coverage is not None and isinstance(y, Mapping) and "neighbor_position" in y:
             coverage.update_state(tf.reduce_mean(tf.cast(y["neighbor_position"] >= 0, tf.float32)))
@@ -106,6 +119,8 @@ class DualEncoder(keras.Model):
                 value = tf.cast(reduce_per_row(values, loss.reduction), total.dtype)
                 self.term_trackers[f"{name}/{term}"].update_state(value)
                 total = total + weight * value
+        for monitor in self.batch_monitors:
+            monitor.update_state(y, y_pred)
         if self.losses:  # layer regularisers
             total = total + tf.add_n([tf.cast(l, total.dtype) for l in self.losses])
         # Like Keras' own losses, divide by the replica count: gradients are summed across replicas.
@@ -119,20 +134,34 @@ class DualEncoder(keras.Model):
         Keras freezing, compile again afterwards.
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
+        # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
+        # the scaled loss and unscales them (the LossScaleOptimizer also skips steps whose gradients overflowed).
+        # A loss's own parameters are float32 and reached through float32 ops only, so they take the unscaled
+        # loss's gradients from the same (then persistent) tape.
+        loss_scaling = (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+                        or getattr(self.optimizer, "loss_scale_factor", None) is not None)
+        with tf.GradientTape(persistent=loss_scaling) as tape:
             y_pred = self(x, training=True)
             total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(total)
         # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
         groups = [(self.optimizer, list(self.trainable_weights))]
         for loss in self.loss_functions.values():
             owned = getattr(loss, "optimizer_groups", None)
             groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
         groups = [(optimizer, variables) for optimizer, variables in groups if variables]
-        gradients = tape.gradient(total, [v for _, variables in groups for v in variables])
-        start = 0
-        for optimizer, variables in groups:
-            optimizer.apply_gradients(zip(gradients[start:start + len(variables)], variables))
-            start += len(variables)
+        if loss_scaling:
+            gradients = [tape.gradient(scaled if optimizer is self.optimizer else total, variables)
+                         for optimizer, variables in groups]
+            del tape
+        else:
+            flat = tape.gradient(total, [v for _, variables in groups for v in variables])
+            gradients, start = [], 0
+            for _, variables in groups:
+                gradients.append(flat[start:start + len(variables)])
+                start += len(variables)
+        for (optimizer, variables), group in zip(groups, gradients):
+            optimizer.apply_gradients(zip(group, variables))
         # Keras logs the loss summed over replicas; compute_loss divided it by their number.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
@@ -140,7 +169,7 @@ class DualEncoder(keras.Model):
 
     @property
     def metrics(self):
-        return super().metrics + list(self.term_trackers.values())
+        return super().metrics + list(self.term_trackers.values()) + list(self.batch_monitors)
 
     def get_config(self):
         return {

@@ -3,10 +3,19 @@
 The SavedModel needs only TensorFlow and tensorflow-text to load (`import tensorflow_text` registers the
 text ops the tokenizer uses); it never imports kitm. Signatures:
 - `encode_text(captions: string [N])` -> {"embeddings": float32 [N, D]}
-- `encode_image(images: string [M])` (PNG/JPEG bytes; evaluation preprocessing inside the graph) or
-  `encode_image(features: float32 [M, F])` for feature models -> {"embeddings": float32 [M, D]}
+- `encode_image(images: string [M])` (PNG/JPEG/GIF/BMP bytes; the evaluation centre crop and resize inside the
+  graph) or `encode_image(features: float32 [M, F])` for feature models -> {"embeddings": float32 [M, D]}
 - `score(captions: string [N], images: ... [M])` -> {"scores": float32 [M, N]}: cosine of image m and caption n.
-Empty captions and undecodable images fail with an error that says so.
+
+Inputs are checked inside the graph, so TensorFlow Serving's clients get the same messages as Python ones
+(an InvalidArgumentError naming the signature and the offending rows): an empty or blank caption; bytes that
+are not an image (by their PNG/JPEG/GIF/BMP signature bytes; an image file that is cut short past its header
+still fails in TensorFlow's decoder, with its own message); features of the wrong width.
+
+`export_new_version(model, tokenizer, "<run>/export")` writes `<run>/export/<n>/` with n = 1 + the highest
+existing version (`kitm.serving.versions`), the layout TensorFlow Serving watches, so a re-export never
+overwrites a served model. Every archive is written under a temporary name in the same directory and
+renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -19,60 +28,133 @@ import keras
 import tensorflow as tf
 
 from kitm.data.pipeline import decode_image, eval_image
+from kitm.serving.versions import next_version
+
+# The first bytes of the formats tf.io.decode_image reads.
+_IMAGE_SIGNATURES = ((b"\x89PNG", 4), (b"\xff\xd8\xff", 3), (b"GIF8", 4), (b"BM", 2))
 
 
-def _checked_captions(captions):
+def _checked_captions(captions, signature: str):
     stripped = tf.strings.strip(captions)
+    empty = tf.where(tf.strings.length(stripped) == 0)[:, 0]
     check = tf.debugging.Assert(
-        tf.reduce_all(tf.strings.length(stripped) > 0),
-        ["encode_text: every caption must contain text; got an empty caption in", captions], summarize=8)
+        tf.size(empty) == 0,
+        [f"{signature}: every caption must contain text; got an empty caption at (0-based) rows", empty, "of",
+         captions], summarize=8)
     with tf.control_dependencies([check]):
         return tf.identity(captions)
 
 
-def export_saved_model(model, tokenizer, path: str | os.PathLike, *, image_mode: str = "encoded",
-                       image_size: int = 64, eval_crop_fraction: float = 1.0, feature_dim: int | None = None) -> str:
-    """Write a SavedModel for `model` (a DualEncoder) and `tokenizer` to `path`, atomically.
+def _checked_images(images, signature: str):
+    known = tf.zeros(tf.shape(images), tf.bool)
+    for magic, length in _IMAGE_SIGNATURES:
+        known = known | tf.equal(tf.strings.substr(images, 0, length), magic)
+    bad = tf.where(tf.logical_not(known))[:, 0]
+    check = tf.debugging.Assert(
+        tf.size(bad) == 0,
+        [f"{signature}: images must be encoded PNG, JPEG, GIF or BMP bytes; these (0-based) rows are not:", bad,
+         "their first bytes:", tf.gather(tf.strings.substr(images, 0, 8), bad)], summarize=8)
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
 
-    The archive is written under `<path>.tmp` and renamed, so `path` is either absent or complete.
-    """
-    path = pathlib.Path(path)
+
+def _checked_features(features, feature_dim: int, signature: str):
+    width = tf.shape(features)[1]
+    check = tf.debugging.Assert(
+        tf.equal(width, feature_dim),
+        [f"{signature}: features must be float32 [N, {feature_dim}] (the width the model was trained on); got width",
+         width], summarize=4)
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(tf.identity(features), [None, feature_dim])
+
+
+def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
+             feature_dim: int | None) -> keras.export.ExportArchive:
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(tokenizer)
 
-    def text_embeddings(captions):
-        return model.encode_text(tokenizer(_checked_captions(captions)), training=False)
+    def text_embeddings(captions, signature):
+        return model.encode_text(tokenizer(_checked_captions(captions, signature)), training=False)
 
     if image_mode == "encoded":
         image_spec = tf.TensorSpec([None], tf.string, name="images")
 
-        def image_embeddings(images):
+        def image_embeddings(images, signature):
             pixels = tf.map_fn(lambda encoded: eval_image(decode_image(encoded), image_size, eval_crop_fraction),
-                               images, fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
+                               _checked_images(images, signature),
+                               fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
             return model.encode_image(pixels, training=False)
     else:
         if feature_dim is None:
             raise ValueError("Feature models need feature_dim for the export signature.")
-        image_spec = tf.TensorSpec([None, feature_dim], tf.float32, name="features")
+        # Any width is accepted by the signature and checked in the graph, for a message that names it.
+        image_spec = tf.TensorSpec([None, None], tf.float32, name="features")
 
-        def image_embeddings(features):
-            return model.encode_image(features, training=False)
+        def image_embeddings(features, signature):
+            return model.encode_image(_checked_features(features, feature_dim, signature), training=False)
 
-    archive.add_endpoint("encode_text", lambda captions: {"embeddings": text_embeddings(captions)},
+    archive.add_endpoint("encode_text", lambda captions: {"embeddings": text_embeddings(captions, "encode_text")},
                          input_signature=[tf.TensorSpec([None], tf.string, name="captions")])
-    archive.add_endpoint("encode_image", lambda images: {"embeddings": image_embeddings(images)},
+    archive.add_endpoint("encode_image", lambda images: {"embeddings": image_embeddings(images, "encode_image")},
                          input_signature=[image_spec])
     archive.add_endpoint(
         "score",
-        lambda captions, images: {"scores": tf.matmul(image_embeddings(images), text_embeddings(captions),
-                                                      transpose_b=True)},
+        lambda captions, images: {"scores": tf.matmul(image_embeddings(images, "score"),
+                                                      text_embeddings(captions, "score"), transpose_b=True)},
         input_signature=[tf.TensorSpec([None], tf.string, name="captions"), image_spec])
-    tmp = path.with_name(path.name + ".tmp")
+    return archive
+
+
+def _write_archive(archive, parent: pathlib.Path, name: str) -> pathlib.Path:
+    """Write under `<parent>/.tmp-<name>-<pid>` (not a version number: TF Serving ignores it), then rename."""
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".tmp-{name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     archive.write_out(str(tmp), verbose=False)
+    return tmp
+
+
+def export_saved_model(model, tokenizer, path: str | os.PathLike, *, image_mode: str = "encoded",
+                       image_size: int = 64, eval_crop_fraction: float = 1.0, feature_dim: int | None = None) -> str:
+    """Write a SavedModel for `model` (a DualEncoder) and `tokenizer` at exactly `path`, atomically.
+
+    The archive is written under a temporary name beside `path` and renamed, so `path` is either absent or
+    complete. An existing `path` is never replaced (FileExistsError); `export_new_version` picks a fresh one.
+    """
+    path = pathlib.Path(path)
     if path.exists():
-        shutil.rmtree(path)
-    os.replace(tmp, path)
+        raise FileExistsError(f"{path} exists; a SavedModel is never overwritten (export_new_version picks the "
+                              "next version number).")
+    archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
+                       eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
+    tmp = _write_archive(archive, path.parent, path.name)
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FileExistsError(f"{path} appeared while the SavedModel was written; it was left as it was.")
     return str(path)
+
+
+def export_new_version(model, tokenizer, base: str | os.PathLike, *, image_mode: str = "encoded",
+                       image_size: int = 64, eval_crop_fraction: float = 1.0, feature_dim: int | None = None) -> str:
+    """Write the SavedModel as `<base>/<n>` with n = 1 + the highest existing version; returns its path.
+
+    If another writer takes version n while this one writes, the rename fails (the directory is not empty)
+    and the archive takes the next free number instead.
+    """
+    base = pathlib.Path(base)
+    archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
+                       eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
+    tmp = _write_archive(archive, base, "export")
+    for _ in range(100):
+        path = base / str(next_version(base))
+        try:
+            os.rename(tmp, path)  # fails on an existing non-empty directory: never overwrites
+            return str(path)
+        except OSError:
+            continue
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise RuntimeError(f"Could not claim a new version directory under {base}.")

@@ -1,0 +1,193 @@
+"""Export (issue 6, item 4): versioned SavedModels under <run>/export/<n>, the three signatures as
+saved_model_cli lists them, served embeddings equal to the Keras model's in a process without kitm, and input
+checks inside the graph (empty captions, bytes that are no image, features of the wrong width)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from shared_runs import production_run  # tests/ is on sys.path under pytest
+
+
+@pytest.fixture(scope="module")
+def prod_run(tiny_synthetic, tmp_path_factory):
+    return production_run(tiny_synthetic, tmp_path_factory)
+
+
+def _python(script, *args, cwd, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
+
+
+def _saved_model_cli(export_dir, cwd):
+    """`saved_model_cli show --dir ... --all`: the script installed with tensorflow beside this Python, else its
+    module."""
+    script = pathlib.Path(sys.executable).with_name("saved_model_cli")
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([*command, "show", "--dir", str(export_dir), "--all"], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+@pytest.mark.slow
+def test_launcher_writes_version_1_atomically_and_prints_it(prod_run):
+    run_dir, result = prod_run
+    export = run_dir / "export"
+    assert f"SavedModel: {export / '1'}" in result.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["export"] == str(export / "1")
+    assert sorted(p.name for p in export.iterdir()) == ["1"]  # no temporary directory left behind
+    assert (export / "1" / "saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_saved_model_cli_lists_the_three_signatures(prod_run, tmp_path):
+    run_dir, _ = prod_run
+    result = _saved_model_cli(run_dir / "export" / "1", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    blocks = {name: out.split(f"signature_def['{name}']:")[1].split("signature_def[")[0]
+              for name in ("encode_text", "encode_image", "score")}
+    assert "inputs['captions']" in blocks["encode_text"] and "DT_STRING" in blocks["encode_text"]
+    assert "outputs['embeddings']" in blocks["encode_text"] and "shape: (-1, 32)" in blocks["encode_text"]
+    assert "inputs['images']" in blocks["encode_image"] and "DT_STRING" in blocks["encode_image"]
+    assert "shape: (-1, 32)" in blocks["encode_image"]
+    assert "inputs['captions']" in blocks["score"] and "inputs['images']" in blocks["score"]
+    assert "outputs['scores']" in blocks["score"] and "shape: (-1, -1)" in blocks["score"]
+    assert all("Method name is: tensorflow/serving/predict" in block for block in blocks.values())
+
+
+SERVE = textwrap.dedent("""
+    import sys, json, numpy as np
+    import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+    loaded = tf.saved_model.load(sys.argv[1])
+    captions = tf.constant(json.loads(sys.argv[2]))
+    images = tf.constant([open(p, "rb").read() for p in json.loads(sys.argv[3])])
+    text = loaded.signatures["encode_text"](captions=captions)["embeddings"].numpy()
+    image = loaded.signatures["encode_image"](images=images)["embeddings"].numpy()
+    scores = loaded.signatures["score"](captions=captions, images=images)["scores"].numpy()
+
+    def error(signature, **inputs):
+        try:
+            loaded.signatures[signature](**inputs)
+        except tf.errors.InvalidArgumentError as failure:
+            return str(failure)
+        return "accepted"
+
+    errors = {
+        "empty": error("encode_text", captions=tf.constant(["a red circle", "  ", "a square"])),
+        "not_image": error("encode_image", images=tf.constant([images.numpy()[0], b"this is not an image"])),
+        "truncated": error("encode_image", images=tf.constant([images.numpy()[0][:40]])),
+        "score_not_image": error("score", captions=captions, images=tf.constant([b""])),
+    }
+    assert not any(name == "kitm" or name.startswith("kitm.") for name in sys.modules), "kitm was imported"
+    np.savez(sys.argv[4], text=text, image=image, scores=scores)
+    print(json.dumps(errors))
+""")
+
+
+@pytest.mark.slow
+def test_served_embeddings_equal_the_keras_model_and_bad_inputs_are_named(prod_run, tmp_path):
+    import tensorflow as tf
+    from PIL import Image
+
+    from kitm.data import synthetic
+    from kitm.data.pipeline import decode_image, eval_image
+    from kitm.data.synthetic_records import encode_png
+    from kitm.layers import CaptionTokenizer, GRUTextEncoder, SmallConvEncoder
+    from kitm.models import DualEncoder
+
+    run_dir, _ = prod_run
+    world = synthetic.generate_world(12, seed=3, image_size=32)
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"scene{i}.png")
+        paths[-1].write_bytes(encode_png(world.images[i]))
+    # A non-square JPEG: the graph's centre crop (0.875 of the shorter side) and resize do real work.
+    paths.append(tmp_path / "wide.jpg")
+    Image.fromarray(np.concatenate([world.images[2], world.images[3][:, :8]], axis=1)).save(paths[-1], quality=95)
+    captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words"]
+    out = tmp_path / "served.npz"
+    result = _python(SERVE, run_dir / "export" / "1", json.dumps(captions), json.dumps([str(p) for p in paths]), out,
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "encode_text: every caption must contain text" in errors["empty"] and "[1]" in errors["empty"]
+    assert "encode_image: images must be encoded PNG, JPEG, GIF or BMP bytes" in errors["not_image"]
+    assert "rows are not:] [1]" in errors["not_image"].replace("\n", " ")
+    assert errors["truncated"] != "accepted"  # a cut PNG passes the header check; TensorFlow's decoder refuses it
+    assert "score: images must be encoded" in errors["score_not_image"]
+    served = np.load(out)
+
+    # The Keras model restored from the run's last checkpoint, fed the evaluation preprocessing.
+    tokenizer = CaptionTokenizer(str(run_dir / "vocabulary.txt"), 32)
+    model = DualEncoder(SmallConvEncoder(), GRUTextEncoder(tokenizer.vocabulary_size, 16, 16), 32, name="dual_encoder")
+    model({"image": tf.zeros([1, 32, 32, 3]), "tokens": tf.zeros([1, 32], tf.int32)})
+    model.load_weights(str(run_dir / "checkpoints" / "last.weights.h5"))
+    text = model.encode_text(tokenizer(tf.constant(captions))).numpy()
+    pixels = tf.stack([eval_image(decode_image(p.read_bytes()), 32, 0.875) for p in paths])
+    image = model.encode_image(pixels).numpy()
+    np.testing.assert_allclose(served["text"], text, atol=1e-5)
+    np.testing.assert_allclose(served["image"], image, atol=1e-5)
+    np.testing.assert_allclose(served["scores"], image @ text.T, atol=1e-5)
+
+
+FEATURES = textwrap.dedent("""
+    import sys, json, numpy as np
+    import tensorflow as tf, tensorflow_text  # noqa: F401
+    loaded = tf.saved_model.load(sys.argv[1])
+    features = np.load(sys.argv[2])
+    embeddings = loaded.signatures["encode_image"](features=tf.constant(features))["embeddings"].numpy()
+    try:
+        loaded.signatures["encode_image"](features=tf.constant(features[:, :5]))
+        wrong = "accepted"
+    except tf.errors.InvalidArgumentError as failure:
+        wrong = str(failure)
+    assert not any(name == "kitm" or name.startswith("kitm.") for name in sys.modules), "kitm was imported"
+    np.save(sys.argv[3], embeddings)
+    print(json.dumps({"wrong": wrong}))
+""")
+
+
+def test_versions_never_overwrite_and_feature_widths_are_checked_in_the_graph(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from kitm.eval.run_dir import default_export_dir
+    from kitm.layers import CaptionTokenizer, FeatureMLP
+    from kitm.models import DualEncoder
+    from kitm.serving import export_new_version, export_saved_model, latest_version_dir
+
+    keras.utils.set_random_seed(2)
+    tokenizer = CaptionTokenizer(["red", "circle", "square"], 8, name="tokenizer")
+    # A bag-of-words text tower: a GRU's graph costs seconds to trace and export, and nothing here needs one.
+    text = keras.Sequential([keras.layers.Embedding(tokenizer.vocabulary_size, 8), keras.layers.GlobalAveragePooling1D()])
+    model = DualEncoder(FeatureMLP(width=16), text, embedding_dim=6)
+    model({"image": tf.zeros([1, 8]), "tokens": tf.zeros([1, 8], tf.int32)})
+    base = tmp_path / "run" / "export"
+    options = dict(image_mode="feature", feature_dim=8)
+
+    assert export_new_version(model, tokenizer, base, **options) == str(base / "1")
+    stamp = (base / "1" / "saved_model.pb").stat().st_mtime_ns
+    (base / "7").mkdir()  # whatever numbers exist, the next one is above them all
+    (base / "7" / "keep.txt").write_text("an operator's version")
+    assert export_new_version(model, tokenizer, base, **options) == str(base / "8")
+    assert (base / "1" / "saved_model.pb").stat().st_mtime_ns == stamp and (base / "7" / "keep.txt").is_file()
+    assert sorted(p.name for p in base.iterdir()) == ["1", "7", "8"]  # no temporary directories left
+    assert latest_version_dir(base) == base / "8" and default_export_dir(tmp_path / "run") == base / "8"
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        export_saved_model(model, tokenizer, base / "1", **options)
+
+    features = np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)
+    np.save(tmp_path / "features.npy", features)
+    result = _python(FEATURES, base / "8", tmp_path / "features.npy", tmp_path / "served.npy", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    wrong = json.loads(result.stdout.strip().splitlines()[-1])["wrong"]
+    assert "encode_image: features must be float32 [N, 8]" in wrong and "got width] [5]" in wrong.replace("\n", " ")
+    np.testing.assert_allclose(np.load(tmp_path / "served.npy"), model.encode_image(features).numpy(), atol=1e-5)
