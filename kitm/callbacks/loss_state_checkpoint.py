@@ -18,11 +18,14 @@ What this callback writes
 -------------------------
 At every epoch end (or every `save_freq` batches, like BackupAndRestore) one *state*: a `tf.train.Checkpoint`
 with two parts plus a JSON file,
-- parameters: every Keras layer and variable the losses hold (centre tables, the quantizer, classifier heads,
-  margins) and, with `include_model=True`, the model's layers (their weights, not its optimizer);
+- parameters: the weights of every Keras layer and the variables the losses hold (centre tables, the quantizer,
+  classifier heads, margins) and, with `include_model=True`, the model's weights (not its optimizer);
 - local state: the losses' optimizers (slots and iteration counts);
 - `state.json`: the epoch and batch reached, the caller's `tags` (e.g. {"phase": 2}), the replica-summed
-  values of sync-on-read counters, and the `get_state()` of registered stateful objects (callbacks).
+  values of sync-on-read counters, the `get_state()` of registered stateful objects (callbacks), and the shapes
+  of every group of variables, checked before a restore so that a foreign state is refused by name.
+Variables are saved as flat lists per layer/optimizer (`layer.weights`, `optimizer.variables`) and matched by
+position: TensorFlow's object-graph tracking misses some Keras 3 sublayers (a layer list built with `+=`).
 
 Layout of `directory` (every write is a new directory, renamed into place only once complete):
     state-000007/                    the newest complete state: ckpt.index, ckpt.data-*, state.json
@@ -231,8 +234,8 @@ class LossStateCheckpoint(keras.callbacks.Callback):
         """The variables of a layer (`weights`), an optimizer (`variables`: step count, rate, slots) or a variable.
 
         Flat lists, matched by position: TensorFlow's object-graph tracking does not see every Keras 3 sublayer
-        (a layer list built with `+=`, as SmallConvEncoder's blocks, is invisible to it), Keras' own lists are
-        complete.
+        (SmallConvEncoder's blocks, a list built with `+=`, were missing from a checkpoint of the model object);
+        Keras' own lists are complete.
         """
         if isinstance(obj, keras.optimizers.Optimizer):
             return list(obj.variables)
