@@ -352,8 +352,8 @@ def center_phase_config(num_train_images: int):
     FLAGS.epochs = sum(epochs)
     if FLAGS.num_quantized_centers > num_train_images:
         raise LaunchError(f"--num_quantized_centers={FLAGS.num_quantized_centers} is more than the {num_train_images} "
-                          f"training images of {FLAGS.data_dir}: k-means cannot make more quantized centres than there are "
-                          "per-image centres; lower it.")
+                          f"training images of {FLAGS.data_dir}: k-means cannot make more quantized centres than "
+                          "there are per-image centres; lower it.")
     try:
         return CenterPhaseConfig(
             phase_epochs=epochs, learning_rates=(FLAGS.learning_rate, FLAGS.center_phase2_learning_rate,
