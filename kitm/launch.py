@@ -63,7 +63,9 @@ flags.DEFINE_list("loss", ["triplet"],
                   "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x "
                   "SAM, seeds 000/002); ladder (fixed thresholds) or ladder_adaptive (k-means levels), seed 001; "
                   "angular (N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with "
-                  "neighbour-aware batching), seed 004. sam and the ladders need --relevance. Example: "
+                  "neighbour-aware batching), seed 004; centers (adaptive-margin triplet + semantic centres + "
+                  "image-index cross-entropy, trained in the three --center_phase_epochs phases), seed 003, alone. "
+                  "sam and the ladders need --relevance. Example: "
                   "--loss=triplet,ladder --loss_weights=1,0.5.")
 flags.DEFINE_list("loss_weights", [], "One weight per --loss entry (default 1 each).")
 flags.DEFINE_float("margin", 0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
@@ -87,6 +89,21 @@ flags.DEFINE_float("neighborhood_beta", None, "Weight of the image-neighbour ter
 flags.DEFINE_enum("neighbor_draw", "mutual", ["mutual", "uniform"],
                   "Neighbour-aware batching: draw a seed's partner among its mutual neighbours when it has any "
                   "(mutual) or among all its k neighbours (uniform).")
+flags.DEFINE_list("center_phase_epochs", ["30", "15", "10"],
+                  "--loss=centers (seed 003): epochs of its three phases, 1 unquantized centres, 2 the quantizer alone "
+                  "(model frozen), 3 end to end with adaptive margins; 0 skips a phase. Replaces --epochs.")
+flags.DEFINE_float("center_phase2_learning_rate", 2e-5, "--loss=centers: Adam rate of phase 2 (phase 1 uses "
+                   "--learning_rate).", lower_bound=0.0)
+flags.DEFINE_float("center_phase3_learning_rate", 2e-5, "--loss=centers: Adam rate of phase 3.", lower_bound=0.0)
+flags.DEFINE_float("center_learning_rate", 0.5, "--loss=centers: SGD rate of the semantic centres (per-image and "
+                   "quantized), on the batch-mean centre loss.", lower_bound=0.0)
+flags.DEFINE_float("center_delta", 0.1, "--loss=centers: hinge radius delta of the centre losses (squared L2).",
+                   lower_bound=0.0)
+flags.DEFINE_integer("num_quantized_centers", 1000, "--loss=centers: N_q, the quantized centres of phases 2-3, "
+                     "started by k-means over the per-image centres.", lower_bound=1)
+flags.DEFINE_integer("margin_update_every", 500, "--loss=centers, phase 3: adapt the margins every q batches "
+                     "(Eq. 13; r = 0.8, c = 1.03).", lower_bound=1)
+flags.DEFINE_float("margin_max", 1.0, "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
 # Optimisation.
 flags.DEFINE_integer("epochs", 30, "Training epochs.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 128, "Global batch size (split over replicas).", lower_bound=2)
@@ -261,6 +278,8 @@ def check_flags_against_data(info) -> None:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} is larger than the {samples} training samples of "
                           f"{FLAGS.data_dir}; lower --batch_size.")
     check_loss_flags()
+    if uses_center_phases():
+        center_phase_config(info.num_images("train"))
     if FLAGS.eval_relevance == "truth" and "truth" not in info.relevance:
         raise LaunchError(f"--eval_relevance=truth needs the synthetic world's facts; {FLAGS.data_dir} has relevance "
                           f"slots {sorted(info.relevance) or 'none'}.")
@@ -310,7 +329,7 @@ def _floats(name: str) -> list[float]:
         raise LaunchError(f"--{name}={','.join(FLAGS[name].value)}: {error}") from error
 
 
-LOSS_NAMES = ("triplet", "sam", "ladder", "ladder_adaptive", "angular", "neighborhood")
+LOSS_NAMES = ("triplet", "sam", "ladder", "ladder_adaptive", "angular", "neighborhood", "centers")
 RELEVANCE_LOSSES = ("sam", "ladder", "ladder_adaptive")
 # The name each loss's terms are logged under (`<key>/<term>`); the two ladders share one.
 LOSS_KEYS = {"ladder_adaptive": "ladder"}
@@ -333,10 +352,49 @@ def check_loss_flags() -> None:
     weights = _floats("loss_weights")
     if any(weight < 0 for weight in weights):
         raise LaunchError(f"--loss_weights={','.join(FLAGS.loss_weights)}: weights must be >= 0.")
+    if "centers" in names and len(names) > 1:
+        raise LaunchError(f"--loss={','.join(names)}: centers is a whole objective trained in phases (triplet, "
+                          "centre and classification terms); use it alone.")
     needs_relevance = [name for name in names if name in RELEVANCE_LOSSES]
     if needs_relevance and FLAGS.relevance == "none":
         raise LaunchError(f"--loss={needs_relevance[0]} learns from graded relevance: set --relevance (e.g. truth "
                           "for the synthetic world, cider for SAM, sbert for the ladder loss).")
+
+
+def uses_center_phases() -> bool:
+    return "centers" in FLAGS.loss
+
+
+def center_phase_config(num_train_images: int):
+    """--loss=centers: the flags as a kitm.training.center_phases.CenterPhaseConfig (sets --epochs to the total)."""
+    from kitm.training.center_phases import CenterPhaseConfig
+
+    try:
+        epochs = tuple(int(value) for value in FLAGS.center_phase_epochs)
+    except ValueError as error:
+        raise LaunchError(f"--center_phase_epochs={','.join(FLAGS.center_phase_epochs)}: {error}") from error
+    if len(epochs) != 3 or min(epochs) < 0 or sum(epochs) == 0:
+        raise LaunchError(f"--center_phase_epochs={','.join(FLAGS.center_phase_epochs)}: give three epoch counts "
+                          ">= 0 (phases 1, 2, 3), not all 0.")
+    if FLAGS["epochs"].present and FLAGS.epochs != sum(epochs):
+        raise LaunchError(f"--epochs={FLAGS.epochs} with --loss=centers: the phases set the epochs "
+                          f"(--center_phase_epochs={','.join(map(str, epochs))}); drop --epochs.")
+    FLAGS.epochs = sum(epochs)
+    if FLAGS.num_quantized_centers > num_train_images:
+        raise LaunchError(f"--num_quantized_centers={FLAGS.num_quantized_centers} is more than the {num_train_images} "
+                          f"training images of {FLAGS.data_dir}: k-means cannot make more quantized centres than "
+                          "there are per-image centres; lower it.")
+    try:
+        return CenterPhaseConfig(
+            phase_epochs=epochs, learning_rates=(FLAGS.learning_rate, FLAGS.center_phase2_learning_rate,
+                                                 FLAGS.center_phase3_learning_rate),
+            centers_learning_rate=FLAGS.center_learning_rate, lr_decay_epochs=FLAGS.lr_decay_epochs,
+            lr_decay_factor=FLAGS.lr_decay_factor, grad_clip_norm=FLAGS.grad_clip_norm or None,
+            delta=FLAGS.center_delta, num_quantized_centers=FLAGS.num_quantized_centers, margin=FLAGS.margin,
+            margin_update_every=FLAGS.margin_update_every, margin_max=FLAGS.margin_max,
+            loss_weight=(_floats("loss_weights") or [1.0])[0], seed=FLAGS.seed)
+    except ValueError as error:
+        raise LaunchError(f"--loss=centers: {error}") from error
 
 
 def uses_neighbor_batching() -> bool:
@@ -365,6 +423,8 @@ def _build_loss(name: str):
         return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin)
     if name == "angular":
         return AngularLoss(FLAGS.angle_degrees)
+    if name == "centers":
+        raise LaunchError("--loss=centers is built and trained phase by phase by kitm.training.center_phases.")
     return NeighborhoodAngularLoss(FLAGS.neighborhood_alpha, FLAGS.neighborhood_beta, base=FLAGS.neighborhood_base,
                                    angle_degrees=FLAGS.angle_degrees, margin=FLAGS.margin)
 
@@ -523,6 +583,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
         neighbor_draw=FLAGS.neighbor_draw, test_crops=FLAGS.test_crops)
     train = training_dataset(data_dir, "train", tokenizer, config)
+    centers = uses_center_phases()
+    if centers:  # seed 003: the objective is trained in three phases, each its own fit
+        from kitm.training.center_phases import CenterPhaseTrainer, training_image_index
+
+        trainer = CenterPhaseTrainer(center_phase_config(info.num_images("train")), run_dir,
+                                     training_image_index(data_dir, run_dir))
+        train = trainer.image_index.apply(train)  # image/id -> the image's centre 0..N_train-1
     samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
     steps_per_epoch = samples // FLAGS.batch_size
 
@@ -536,9 +603,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
         jit_compile = {"auto": "auto", "true": True, "false": False}[FLAGS.jit_compile]
-        monitors = [monitoring.RelevanceStatistics()] if FLAGS.relevance != "none" else []
-        losses, loss_weights = build_objective()
-        model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors, jit_compile=jit_compile)
+        if centers:
+            trainer.build(model, strategy)
+        else:
+            monitors = [monitoring.RelevanceStatistics()] if FLAGS.relevance != "none" else []
+            losses, loss_weights = build_objective()
+            model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors,
+                          jit_compile=jit_compile)
         if FLAGS.finetune_after_epochs:
             finetune.prepare_backbone_finetuning(model)
 
@@ -571,7 +642,10 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
     report = None
-    history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
+    if centers:
+        history = trainer.fit(model, train, callbacks, verbose=verbose)
+    else:
+        history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
     train_seconds = time.time() - train_started
     if test_split:
         print(f"Evaluating on the {test_split} split.")
@@ -608,6 +682,8 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "tensorflow": tf.__version__, "keras": keras.__version__},
     }
+    if centers:
+        summary["center_phases"] = trainer.summary()
     write_json_atomically(run_dir / "summary.json", summary)
     print(f"Run summary: {run_dir / 'summary.json'}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
     return summary
