@@ -79,6 +79,9 @@ flags.DEFINE_list("ladder_thresholds", ["0.40"], "Fixed ladder: relevance thresh
 flags.DEFINE_list("ladder_margins", ["0.2", "0.01"], "Fixed ladder: one margin per level (thresholds + 1).")
 flags.DEFINE_list("ladder_betas", ["1.0", "0.25"], "Fixed ladder: one weight per level (thresholds + 1).")
 flags.DEFINE_list("ladder_level_bounds", ["2", "4"], "Adaptive ladder: (L_min, L_max) for the k-means levels.")
+flags.DEFINE_integer("ladder_recluster_every", 0, "Fixed ladder: every this many batches re-derive the thresholds "
+                     "from the relevance values seen since (1-D k-means + silhouette; 0: keep them fixed).",
+                     lower_bound=0)
 flags.DEFINE_float("angle_degrees", 45.0, "Angular loss angle.", lower_bound=1.0, upper_bound=89.0)
 flags.DEFINE_enum("neighborhood_base", "angular", ["angular", "triplet"],
                   "Neighbourhood loss: angular (Ang+NP+Sym) or the paper's triplet-based variant.")
@@ -417,6 +420,11 @@ def _build_loss(name: str):
                        sam_weight=FLAGS.sam_weight, margin=FLAGS.margin, max_violation=FLAGS.max_violation,
                        seed=FLAGS.seed)
     if name == "ladder":
+        if FLAGS.ladder_recluster_every:
+            from kitm.callbacks.ladder_recluster import ReclusterableLadderLoss
+
+            return ReclusterableLadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"),
+                                           _floats("ladder_betas"), seed=FLAGS.seed)
         return LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"), _floats("ladder_betas"))
     if name == "ladder_adaptive":
         bounds = [int(value) for value in _floats("ladder_level_bounds")]
@@ -634,6 +642,12 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         callbacks.append(monitoring.ProjectorCallback(subset, run_dir / "logs", num_images=FLAGS.projector_samples,
                                                       captions_per_image=info.captions_per_image,
                                                       every_epochs=FLAGS.eval_every_epochs))
+    if FLAGS.ladder_recluster_every and "ladder" in FLAGS.loss:
+        from kitm.callbacks.ladder_recluster import LadderReclusterCallback
+
+        # Before TensorBoard, which then writes the thresholds and level counts it puts into the epoch logs.
+        callbacks.append(LadderReclusterCallback(every_batches=FLAGS.ladder_recluster_every,
+                                                 log_dir=str(run_dir / "logs" / "ladder")))
     callbacks += [
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),

@@ -26,15 +26,16 @@ def rich_world(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flagfile, loss_terms", [
-    ("sam.flags", ["sam/sam_i2t", "sam/triplet_i2t"]),
-    ("ladder_adaptive.flags", ["ladder/level_1", "ladder/level_2"]),
-    ("neighborhoods.flags", ["neighborhood/text_neighbors", "neighbor_coverage"]),
+@pytest.mark.parametrize("flagfile, extra, loss_terms", [
+    ("sam.flags", [], ["sam/sam_i2t", "sam/triplet_i2t"]),
+    ("ladder_adaptive.flags", [], ["ladder/level_1", "ladder/level_2"]),
+    ("ladder.flags", ["--ladder_recluster_every=2"], ["ladder/level_2", "ladder/theta_1", "ladder/clusters"]),
+    ("neighborhoods.flags", [], ["neighborhood/text_neighbors", "neighbor_coverage"]),
 ])
-def test_paper_flagfile_runs_on_the_synthetic_world(rich_world, tmp_path, flagfile, loss_terms):
+def test_paper_flagfile_runs_on_the_synthetic_world(rich_world, tmp_path, flagfile, extra, loss_terms):
     run_dir = tmp_path / "run"
     result = _launch([f"--flagfile={ROOT / 'launch' / flagfile}", *SMALL, f"--data_dir={rich_world}",
-                      f"--run_dir={run_dir}"])
+                      f"--run_dir={run_dir}", *extra])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "Defaults for --dataset=synthetic" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
