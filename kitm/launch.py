@@ -5,7 +5,8 @@ A run directory holds:
     vocabulary.txt          the caption vocabulary (also inside the SavedModel)
     logs/                   TensorBoard: every loss term, learning rate, validation retrieval figures
     checkpoints/            weights after every epoch (last.weights.h5)
-    backup/                 Keras BackupAndRestore state: a killed run started again resumes here
+    backup/                 BackupAndRestore state: a killed run started again resumes here (at its last
+                            backed-up step; removed when the run completes)
     evaluations.jsonl       one line per validation evaluation
     summary.json            flags, data, timings and the final test figures
     export/1/               the SavedModel (encode_text, encode_image, score)
@@ -21,6 +22,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -79,10 +81,15 @@ flags.DEFINE_integer("lr_decay_epochs", 15, "Multiply the learning rate by lr_de
                      "(0: never).", lower_bound=0)
 flags.DEFINE_float("lr_decay_factor", 0.1, "Step decay factor.", lower_bound=0.0, upper_bound=1.0)
 flags.DEFINE_float("grad_clip_norm", 2.0, "Clip the global gradient norm (VSE++: 2.0; 0 disables).", lower_bound=0.0)
-flags.DEFINE_integer("seed", 0, "Seed for the synthetic world, data order and initialisation.")
-# Distribution.
-flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
-                  "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs).")
+flags.DEFINE_integer("seed", 0, "Seed for the synthetic world, data order, augmentation and initialisation.")
+flags.DEFINE_bool("deterministic_ops", False, "tf.config.experimental.enable_op_determinism(): deterministic "
+                  "kernels and a serial input pipeline (slower; see kitm/training/reproducibility.py).")
+# Distribution and fault tolerance.
+flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker"],
+                  "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
+                  "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable.")
+flags.DEFINE_integer("backup_every_steps", 0, "Back up the training state every this many steps, so a killed run "
+                     "resumes close to where it stopped (0: at the end of each epoch).", lower_bound=0)
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (0: leave as is).",
                      lower_bound=0)
 # Output.
@@ -122,24 +129,18 @@ class LaunchError(Exception):
 
 
 def configure_devices() -> None:
-    import tensorflow as tf
+    from kitm.training.distribution import split_cpu
 
-    if FLAGS.cpu_devices:
-        cpus = tf.config.list_physical_devices("CPU")
-        tf.config.set_logical_device_configuration(
-            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(FLAGS.cpu_devices)])
+    split_cpu(FLAGS.cpu_devices)
 
 
 def make_strategy():
-    import tensorflow as tf
+    from kitm.training.distribution import DistributionError, make_strategy as make
 
-    if FLAGS.strategy == "default":
-        return tf.distribute.get_strategy()
-    gpus = tf.config.list_logical_devices("GPU")
-    if gpus:
-        return tf.distribute.MirroredStrategy()
-    cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
-    return tf.distribute.MirroredStrategy(devices=cpus)
+    try:
+        return make(FLAGS.strategy)
+    except DistributionError as error:
+        raise LaunchError(str(error)) from error
 
 
 def ensure_dataset(data_dir: pathlib.Path):
@@ -148,6 +149,10 @@ def ensure_dataset(data_dir: pathlib.Path):
     from kitm.data.errors import KitmDataError
 
     if not (data_dir / schema.INFO_FILE).is_file():
+        if FLAGS.dataset == "synthetic" and FLAGS.strategy == "multi_worker":
+            raise LaunchError(f"--strategy=multi_worker reads a built dataset ({data_dir / schema.INFO_FILE} is "
+                              "missing): build the synthetic world first, once, e.g. with the same flags and "
+                              "--strategy=default --epochs=1, so that the workers do not all write it at once.")
         if FLAGS.dataset == "synthetic":
             from kitm.data.synthetic_records import build_synthetic
 
@@ -274,24 +279,28 @@ def write_json_atomically(path: pathlib.Path, payload: dict) -> None:
 
 def run_training() -> dict:
     """Set up devices, data and strategy, then train, evaluate and export; bad records are named on failure."""
-    import keras
     import tensorflow as tf
+
+    from kitm.training import distribution, reproducibility
 
     started = time.time()
     configure_devices()
-    keras.utils.set_random_seed(FLAGS.seed)
+    # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
+    strategy = make_strategy()
+    reproducibility.set_seeds(FLAGS.seed, deterministic_ops=FLAGS.deterministic_ops)
     data_dir = pathlib.Path(FLAGS.data_dir or f"tfrecords/{FLAGS.dataset}")
     FLAGS.data_dir = str(data_dir)
     run_dir = pathlib.Path(FLAGS.run_dir or f"runs/{FLAGS.dataset}")
     run_dir.mkdir(parents=True, exist_ok=True)
     info = ensure_dataset(data_dir)
     check_flags_against_data(info)
-    strategy = make_strategy()
     replicas = strategy.num_replicas_in_sync
     if FLAGS.batch_size % replicas:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} must be divisible by the {replicas} replicas.")
     try:
-        return train_evaluate_export(data_dir, run_dir, info, strategy, started)
+        # The chief writes run_dir; other workers write a temporary directory, removed at the end.
+        with distribution.worker_directory(run_dir, strategy) as write_dir:
+            return train_evaluate_export(data_dir, run_dir, info, strategy, started, write_dir)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
         # A corrupt shard or an undecodable image surfaces in tf.data without naming its file; find it.
         problem = diagnose_read_failure(data_dir, info, error)
@@ -300,7 +309,12 @@ def run_training() -> dict:
         raise problem from error
 
 
-def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy, started: float) -> dict:
+def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy, started: float,
+                          write_dir: pathlib.Path | None = None) -> dict:
+    """Train, evaluate, export. Reads the vocabulary and the backup from `run_dir` (the chief's) and writes
+    everything into `write_dir` (run_dir itself on the chief, a temporary directory on other workers)."""
+    import dataclasses
+
     import keras
     import tensorflow as tf
 
@@ -312,10 +326,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
     from kitm.serving import export_saved_model
+    from kitm.training.distribution import distributed_training_input, is_chief, num_workers
+    from kitm.training.fault_tolerance import ResumableBackupAndRestore, backup_save_freq
 
     replicas = strategy.num_replicas_in_sync
+    chief_dir, run_dir = run_dir, pathlib.Path(write_dir or run_dir)  # below, run_dir is where this worker writes
 
-    vocabulary_path = run_dir / "vocabulary.txt"
+    vocabulary_path = chief_dir / "vocabulary.txt"
     if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
         tokenizer = CaptionTokenizer(str(vocabulary_path), FLAGS.max_caption_length, name="tokenizer")
     else:
@@ -323,7 +340,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         vocabulary = build_vocabulary(training_captions(data_dir, "train"), min_count=FLAGS.vocab_min_count,
                                       progress=FLAGS.progress)
         tokenizer = CaptionTokenizer(vocabulary, FLAGS.max_caption_length, name="tokenizer")
-        tokenizer.save_vocabulary(str(vocabulary_path))
+        tokenizer.save_vocabulary(str(run_dir / "vocabulary.txt"))
     print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {replicas} replica(s); global batch {FLAGS.batch_size}.")
 
     config = PipelineConfig(
@@ -331,9 +348,14 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         relevance=FLAGS.relevance, crop_area=(FLAGS.crop_area_min, 1.0), flip=FLAGS.flip,
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
         cache=info.num_images("train") <= 20000)
-    train = training_dataset(data_dir, "train", tokenizer, config)
-    samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
-    steps_per_epoch = samples // FLAGS.batch_size
+    # Per-replica pipelines under several replicas (kitm.training.distribution explains the choice).
+    train = distributed_training_input(
+        strategy, lambda batch, shard, seed: training_dataset(
+            data_dir, "train", tokenizer, dataclasses.replace(config, batch_size=batch, num_replicas=1, seed=seed),
+            shard=shard),
+        global_batch=FLAGS.batch_size, num_images=info.num_images("train"),
+        samples_per_image=info.captions_per_image if FLAGS.captions_per_step == "all" else 1, seed=FLAGS.seed)
+    steps_per_epoch = train.steps_per_epoch
 
     with strategy.scope():
         weights = None if FLAGS.weights.lower() == "none" else FLAGS.weights
@@ -345,9 +367,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
         model.compile(optimizer, losses=build_objective())
+        optimizer.build(model.trainable_variables)  # nothing left for fit's symbolic build (DualEncoder)
 
-    callbacks = [keras.callbacks.TerminateOnNaN(),
-                 keras.callbacks.BackupAndRestore(str(run_dir / "backup"))]
+    # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
+    backup = ResumableBackupAndRestore(chief_dir / "backup", steps_per_epoch=steps_per_epoch,
+                                       save_freq=backup_save_freq(FLAGS.backup_every_steps),
+                                       write_dir=run_dir / "backup", delete_checkpoint=False)
+    callbacks = [keras.callbacks.TerminateOnNaN(), backup]
     eval_split = "val" if "val" in info.splits else None
     if FLAGS.eval_every_epochs and eval_split:
         val = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.eval_images)
@@ -364,7 +390,11 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
     report = None
-    history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
+    # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
+    history = model.fit(train.dataset, epochs=FLAGS.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
+                        verbose=verbose, shuffle=False)
+    if backup.restored_step:
+        print(f"Resumed from the backup at step {backup.restored_step} of {FLAGS.epochs * steps_per_epoch}.")
     train_seconds = time.time() - train_started
     if test_split:
         print(f"Evaluating on the {test_split} split.")
@@ -391,6 +421,10 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         "replicas": replicas,
         "steps_per_epoch": steps_per_epoch,
         "epochs_run": len(history.history.get("loss", [])),
+        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "resumed_from_step": backup.restored_step,
+        "workers": {"count": num_workers(strategy), "chief": is_chief(strategy)},
+        "history": history.history,
         "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
         "test_split": test_split,
         "test": flatten_report(report, "") if report else None,
@@ -400,6 +434,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                     "tensorflow": tf.__version__, "keras": keras.__version__},
     }
     write_json_atomically(run_dir / "summary.json", summary)
+    shutil.rmtree(run_dir / "backup", ignore_errors=True)  # the run is complete: a restart starts afresh
     print(f"Run summary: {run_dir / 'summary.json'}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
     return summary
 
