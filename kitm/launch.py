@@ -6,7 +6,8 @@ A run directory holds:
     logs/                   TensorBoard: every loss term, learning rate, relevance statistics, validation
                             retrieval figures, hparams (flags + test figures), projector/ (embeddings)
     checkpoints/            weights after every epoch (last.weights.h5)
-    backup/                 Keras BackupAndRestore state: a killed run started again resumes here
+    backup/                 BackupAndRestore state: a killed run started again resumes here (at its last
+                            backed-up step; removed when the run completes)
     evaluations.jsonl       one line per validation evaluation
     summary.json            flags, data, timings and the final test figures
     export/<n>/             the SavedModels (encode_text, encode_image, score); each export adds a version
@@ -22,6 +23,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -128,10 +130,15 @@ flags.DEFINE_integer("finetune_after_epochs", 0, "ResNet encoders: train with th
                      "epochs, then fine-tune it too (VSE++ 'FT'; 0: never).", lower_bound=0)
 flags.DEFINE_float("finetune_learning_rate", None, "Learning rate of the fine-tuning phase (default "
                    "learning_rate / 10, as VSE++).", lower_bound=0.0)
-flags.DEFINE_integer("seed", 0, "Seed for the synthetic world, data order and initialisation.")
-# Distribution.
-flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
-                  "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs).")
+flags.DEFINE_integer("seed", 0, "Seed for the synthetic world, data order, augmentation and initialisation.")
+flags.DEFINE_bool("deterministic_ops", False, "tf.config.experimental.enable_op_determinism(): deterministic "
+                  "kernels and a serial input pipeline (slower; see kitm/training/reproducibility.py).")
+# Distribution and fault tolerance.
+flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker"],
+                  "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
+                  "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable.")
+flags.DEFINE_integer("backup_every_steps", 0, "Back up the training state every this many steps, so a killed run "
+                     "resumes close to where it stopped (0: at the end of each epoch).", lower_bound=0)
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices (0: leave as is).",
                      lower_bound=0)
 # Output.
@@ -212,24 +219,18 @@ class LaunchError(Exception):
 
 
 def configure_devices() -> None:
-    import tensorflow as tf
+    from kitm.training.distribution import split_cpu
 
-    if FLAGS.cpu_devices:
-        cpus = tf.config.list_physical_devices("CPU")
-        tf.config.set_logical_device_configuration(
-            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(FLAGS.cpu_devices)])
+    split_cpu(FLAGS.cpu_devices)
 
 
 def make_strategy():
-    import tensorflow as tf
+    from kitm.training.distribution import DistributionError, make_strategy as make
 
-    if FLAGS.strategy == "default":
-        return tf.distribute.get_strategy()
-    gpus = tf.config.list_logical_devices("GPU")
-    if gpus:
-        return tf.distribute.MirroredStrategy()
-    cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
-    return tf.distribute.MirroredStrategy(devices=cpus)
+    try:
+        return make(FLAGS.strategy)
+    except DistributionError as error:
+        raise LaunchError(str(error)) from error
 
 
 def synthetic_relevance_rows() -> list[str]:
@@ -254,6 +255,10 @@ def ensure_dataset(data_dir: pathlib.Path):
     from kitm.data.errors import KitmDataError
 
     if not (data_dir / schema.INFO_FILE).is_file():
+        if FLAGS.dataset == "synthetic" and FLAGS.strategy == "multi_worker":
+            raise LaunchError(f"--strategy=multi_worker reads a built dataset ({data_dir / schema.INFO_FILE} is "
+                              "missing): build the synthetic world first, once, e.g. with the same flags and "
+                              "--strategy=default --epochs=1, so that the workers do not all write it at once.")
         if FLAGS.dataset == "synthetic":
             from kitm.data.synthetic_records import build_synthetic
 
@@ -524,27 +529,34 @@ def write_json_atomically(path: pathlib.Path, payload: dict) -> None:
 
 def run_training() -> dict:
     """Set up devices, data and strategy, then train, evaluate and export; bad records are named on failure."""
-    import keras
     import tensorflow as tf
+
+    from kitm.training import distribution, reproducibility
 
     started = time.time()
     applied = apply_dataset_defaults()
     if applied:
         print(f"Defaults for --dataset={FLAGS.dataset}: {' '.join(applied)}")
     configure_devices()
-    keras.utils.set_random_seed(FLAGS.seed)
+    # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
+    strategy = make_strategy()
+    reproducibility.set_seeds(FLAGS.seed, deterministic_ops=FLAGS.deterministic_ops)
     data_dir = pathlib.Path(FLAGS.data_dir or default_data_dir())
     FLAGS.data_dir = str(data_dir)
     run_dir = pathlib.Path(FLAGS.run_dir or f"runs/{FLAGS.dataset}")
     run_dir.mkdir(parents=True, exist_ok=True)
     info = ensure_dataset(data_dir)
     check_flags_against_data(info)
-    strategy = make_strategy()
     replicas = strategy.num_replicas_in_sync
+    if uses_center_phases() and FLAGS.strategy == "multi_worker":
+        raise LaunchError("--loss=centers is not supported with --strategy=multi_worker yet: its loss-owned state is "
+                          "checkpointed by one process; use --strategy=mirrored on one machine.")
     if FLAGS.batch_size % replicas:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} must be divisible by the {replicas} replicas.")
     try:
-        return train_evaluate_export(data_dir, run_dir, info, strategy, started)
+        # The chief writes run_dir; other workers write a temporary directory, removed at the end.
+        with distribution.worker_directory(run_dir, strategy) as write_dir:
+            return train_evaluate_export(data_dir, run_dir, info, strategy, started, write_dir)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
         # A corrupt shard or an undecodable image surfaces in tf.data without naming its file; find it.
         problem = diagnose_read_failure(data_dir, info, error)
@@ -553,7 +565,12 @@ def run_training() -> dict:
         raise problem from error
 
 
-def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy, started: float) -> dict:
+def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy, started: float,
+                          write_dir: pathlib.Path | None = None) -> dict:
+    """Train, evaluate, export. Reads the vocabulary and the backup from `run_dir` (the chief's) and writes
+    everything into `write_dir` (run_dir itself on the chief, a temporary directory on other workers)."""
+    import dataclasses
+
     import keras
     import tensorflow as tf
 
@@ -568,12 +585,15 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     from kitm.models.inference import embed_dataset, similarity_matrix
     from kitm.serving import export_new_version
     from kitm.training import finetune, precision
+    from kitm.training.distribution import distributed_training_input, is_chief, num_workers
+    from kitm.training.fault_tolerance import ResumableBackupAndRestore, backup_save_freq
 
     replicas = strategy.num_replicas_in_sync
+    chief_dir, run_dir = run_dir, pathlib.Path(write_dir or run_dir)  # below, run_dir is where this worker writes
     check_training_controls(info)
     print(f"Dtype policy: {precision.set_mixed_precision(FLAGS.mixed_precision)}.")
 
-    vocabulary_path = run_dir / "vocabulary.txt"
+    vocabulary_path = chief_dir / "vocabulary.txt"
     if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
         tokenizer = CaptionTokenizer(str(vocabulary_path), FLAGS.max_caption_length, name="tokenizer")
     else:
@@ -581,7 +601,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         vocabulary = build_vocabulary(training_captions(data_dir, "train"), min_count=FLAGS.vocab_min_count,
                                       progress=FLAGS.progress)
         tokenizer = CaptionTokenizer(vocabulary, FLAGS.max_caption_length, name="tokenizer")
-        tokenizer.save_vocabulary(str(vocabulary_path))
+        tokenizer.save_vocabulary(str(run_dir / "vocabulary.txt"))
     print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {replicas} replica(s); global batch {FLAGS.batch_size}.")
 
     config = PipelineConfig(
@@ -590,16 +610,25 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
         cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
         neighbor_draw=FLAGS.neighbor_draw, test_crops=FLAGS.test_crops)
-    train = training_dataset(data_dir, "train", tokenizer, config)
     centers = uses_center_phases()
     if centers:  # seed 003: the objective is trained in three phases, each its own fit
         from kitm.training.center_phases import CenterPhaseTrainer, training_image_index
 
         trainer = CenterPhaseTrainer(center_phase_config(info.num_images("train")), run_dir,
                                      training_image_index(data_dir, run_dir))
-        train = trainer.image_index.apply(train)  # image/id -> the image's centre 0..N_train-1
-    samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
-    steps_per_epoch = samples // FLAGS.batch_size
+
+    def pipeline(batch, shard, seed):
+        dataset = training_dataset(data_dir, "train", tokenizer,
+                                   dataclasses.replace(config, batch_size=batch, num_replicas=1, seed=seed),
+                                   shard=shard)
+        # --loss=centers: image/id -> the image's centre 0..N_train-1
+        return trainer.image_index.apply(dataset) if centers else dataset
+
+    # Per-replica pipelines under several replicas (kitm.training.distribution explains the choice).
+    train = distributed_training_input(
+        strategy, pipeline, global_batch=FLAGS.batch_size, num_images=info.num_images("train"),
+        samples_per_image=info.captions_per_image if FLAGS.captions_per_step == "all" else 1, seed=FLAGS.seed)
+    steps_per_epoch = train.steps_per_epoch
 
     with strategy.scope():
         weights = None if FLAGS.weights.lower() == "none" else FLAGS.weights
@@ -620,12 +649,22 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                           jit_compile=jit_compile)
         if FLAGS.finetune_after_epochs:
             finetune.prepare_backbone_finetuning(model)
+        if not centers and not optimizer.built:
+            optimizer.build(model.trainable_variables)  # nothing left for fit's symbolic build (DualEncoder)
 
     monitoring.write_hparams(run_dir / "logs", {name: FLAGS[name].value for name in KITM_FLAG_NAMES},
                              trial_id=run_dir.name)
 
-    callbacks = [keras.callbacks.TerminateOnNaN(),
-                 keras.callbacks.BackupAndRestore(str(run_dir / "backup"))]
+    # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
+    if centers:  # each phase starts its optimizers' step count afresh and backs up in its own folder
+        backup = keras.callbacks.BackupAndRestore(str(chief_dir / "backup"),
+                                                  save_freq=backup_save_freq(FLAGS.backup_every_steps),
+                                                  delete_checkpoint=False)
+    else:
+        backup = ResumableBackupAndRestore(chief_dir / "backup", steps_per_epoch=steps_per_epoch,
+                                           save_freq=backup_save_freq(FLAGS.backup_every_steps),
+                                           write_dir=run_dir / "backup", delete_checkpoint=False)
+    callbacks = [keras.callbacks.TerminateOnNaN(), backup]
     if FLAGS.finetune_after_epochs:
         callbacks.append(finetune.BackboneFineTuning(FLAGS.finetune_after_epochs, verbose=int(FLAGS.progress)))
     eval_split = "val" if "val" in info.splits else None
@@ -656,10 +695,14 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
     report = None
+    # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     if centers:
-        history = trainer.fit(model, train, callbacks, verbose=verbose)
+        history = trainer.fit(model, train.dataset, callbacks, verbose=verbose, steps_per_epoch=steps_per_epoch)
     else:
-        history = model.fit(train, epochs=FLAGS.epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
+        history = model.fit(train.dataset, epochs=FLAGS.epochs, steps_per_epoch=steps_per_epoch,
+                            callbacks=callbacks, verbose=verbose, shuffle=False)
+    if getattr(backup, "restored_step", 0):
+        print(f"Resumed from the backup at step {backup.restored_step} of {FLAGS.epochs * steps_per_epoch}.")
     train_seconds = time.time() - train_started
     if test_split:
         print(f"Evaluating on the {test_split} split.")
@@ -688,6 +731,10 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         "replicas": replicas,
         "steps_per_epoch": steps_per_epoch,
         "epochs_run": len(history.history.get("loss", [])),
+        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "resumed_from_step": getattr(backup, "restored_step", 0),
+        "workers": {"count": num_workers(strategy), "chief": is_chief(strategy)},
+        "history": history.history,
         "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
         "test_split": test_split,
         "test": flatten_report(report, "") if report else None,
@@ -699,6 +746,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     if centers:
         summary["center_phases"] = trainer.summary()
     write_json_atomically(run_dir / "summary.json", summary)
+    shutil.rmtree(run_dir / "backup", ignore_errors=True)  # the run is complete: a restart starts afresh
     print(f"Run summary: {run_dir / 'summary.json'}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
     return summary
 

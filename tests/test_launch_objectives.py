@@ -93,3 +93,18 @@ def test_dataset_defaults_fill_only_flags_nobody_set():
                                                                                           "cider")
     finally:
         FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("flagfile, keys", [("sam.flags", ["sam"]), ("ladder.flags", ["ladder"]),
+                                            ("ladder_adaptive.flags", ["ladder"]),
+                                            ("neighborhoods.flags", ["neighborhood"])])
+def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfile, keys):
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
+               "--dataset=synthetic"])
+        launch.apply_dataset_defaults()
+        losses, _ = launch.build_objective()
+        assert list(losses) == keys and FLAGS.image_encoder == "small_cnn"
+    finally:
+        FLAGS.unparse_flags()

@@ -69,26 +69,30 @@ def mutual_mask(positions: np.ndarray) -> np.ndarray:
     return mutual.reshape(positions.shape)
 
 
-def draw_partners(seeds: tf.Tensor, positions: tf.Tensor, mutual: tf.Tensor, draw: str, seed=None) -> tf.Tensor:
-    """For each seed caption, a partner from its neighbours (uniform among mutual ones if `draw == "mutual"`)."""
+def draw_partners(seeds: tf.Tensor, positions: tf.Tensor, mutual: tf.Tensor, draw: str, seed) -> tf.Tensor:
+    """For each seed caption, a partner from its neighbours (uniform among mutual ones if `draw == "mutual"`).
+
+    `seed` is a stateless seed pair (int [2]): the same seed gives the same partners whatever the threads do.
+    """
     candidates = tf.gather(positions, seeds) >= 0
     if draw == "mutual":
         preferred = tf.logical_and(candidates, tf.gather(mutual, seeds))
         has_preferred = tf.reduce_any(preferred, axis=1, keepdims=True)
         candidates = tf.where(has_preferred, preferred, candidates)
-    noise = tf.random.uniform(tf.shape(candidates), seed=seed)
+    noise = tf.random.stateless_uniform(tf.shape(candidates), seed)
     choice = tf.argmax(tf.where(candidates, noise, -1.0), axis=1, output_type=tf.int32)
     partners = tf.gather(tf.gather(positions, seeds), choice, batch_dims=1)
     # A caption none of whose neighbours is in the split (not written by kitm's builders) pairs with a random one.
-    anyone = tf.random.uniform(tf.shape(seeds), 0, tf.shape(positions, out_type=positions.dtype)[0],
-                               dtype=positions.dtype, seed=seed)
+    anyone = tf.random.stateless_uniform(tf.shape(seeds), tf.random.experimental.stateless_fold_in(seed, 1), 0,
+                                         tf.shape(positions, out_type=positions.dtype)[0], dtype=positions.dtype)
     return tf.where(partners >= 0, partners, anyone)
 
 
-def neighbor_positions(batch_positions: tf.Tensor, positions: tf.Tensor, seed=None) -> tf.Tensor:
+def neighbor_positions(batch_positions: tf.Tensor, positions: tf.Tensor, seed=(0, 0)) -> tf.Tensor:
     """In-batch row of a neighbour of each row of a paired batch (rows 2j and 2j+1 are pair partners), -1 if none.
 
-    `batch_positions` [B] are the rows' flat caption positions; `positions` [M, k] every caption's neighbours.
+    `batch_positions` [B] are the rows' flat caption positions; `positions` [M, k] every caption's neighbours;
+    `seed` (stateless, int [2]) picks among several present neighbours.
     """
     size = tf.shape(batch_positions)[0]
     lists = tf.gather(positions, batch_positions)                                          # [B, k]
@@ -97,7 +101,7 @@ def neighbor_positions(batch_positions: tf.Tensor, positions: tf.Tensor, seed=No
     rows = tf.range(size)
     partner = tf.bitwise.bitwise_xor(rows, 1)
     partner_ok = tf.gather(in_lists, partner, batch_dims=1)
-    noise = tf.random.uniform([size, size], seed=seed)
+    noise = tf.random.stateless_uniform([size, size], seed)
     other = tf.argmax(tf.where(in_lists, noise, -1.0), axis=1, output_type=tf.int32)
     has_any = tf.reduce_any(in_lists, axis=1)
     return tf.where(partner_ok, partner, tf.where(has_any, other, -1))
@@ -110,9 +114,9 @@ def plan_coverage(positions: np.ndarray, batch_size: int, draw: str = "mutual", 
     table = tf.constant(positions.astype(np.int32))
     generator = np.random.default_rng(seed)
     covered = []
-    for _ in range(batches):
+    for index in range(batches):
         seeds = tf.constant(generator.choice(len(positions), batch_size // 2, replace=False), tf.int32)
-        partners = draw_partners(seeds, table, mutual, draw)
+        partners = draw_partners(seeds, table, mutual, draw, seed=tf.constant([seed, index]))
         rows = tf.reshape(tf.stack([seeds, partners], axis=1), [-1])
         covered.append(float(tf.reduce_mean(tf.cast(neighbor_positions(rows, table) >= 0, tf.float32))))
     return float(np.mean(covered))
@@ -141,8 +145,10 @@ def paired_samples(root, split: str, info: schema.DatasetInfo, config, num_sampl
     seeds = tf.data.Dataset.range(total).shuffle(total, seed=config.seed, reshuffle_each_iteration=True)
     seeds = seeds.repeat().take(pairs_per_epoch) if pairs_per_epoch > total else seeds.take(pairs_per_epoch)
     seeds = seeds.map(lambda s: tf.cast(s, tf.int32))
-    pairs = seeds.batch(256).map(
-        lambda s: tf.stack([s, draw_partners(s, table, mutual, config.neighbor_draw, seed=None)], axis=1)).unbatch()
+    # Stateless draws keyed by config.seed (a new sequence each epoch): reproducible whatever the threads do.
+    draw_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
+    pairs = tf.data.Dataset.zip(seeds.batch(256), draw_seeds).map(
+        lambda s, seed: tf.stack([s, draw_partners(s, table, mutual, config.neighbor_draw, seed)], axis=1)).unbatch()
     rows = pairs.flat_map(tf.data.Dataset.from_tensor_slices)
 
     def load(position):

@@ -8,7 +8,16 @@ where `relevance[p, q]` is the relevance of caption q to image p. Under a distri
 replicas each replica trains on b = B / R rows and sees only its own negatives, so the pipeline builds
 the R diagonal [b, b] blocks (rows of replica r against the captions of replica r) and stacks them
 to [B, b]; Keras splits the batch along its first axis and every replica receives exactly its block.
-On one device, b = B.
+On one device, b = B. The launcher's multi-replica strategies take the other road that gives the same
+blocks: each input pipeline builds per-replica batches (`batch_size` = b, `num_replicas` = 1, its
+`shard` of the records), so a replica's [b, b] relevance is computed from exactly the captions it
+trains on (`kitm.training.distribution`).
+
+The training crop and flip are the stateless forms of Model Garden's ops below, and so is the caption
+draw: every sample carries its own seed pair from `tf.data.Dataset.random(seed)` (a new sequence each
+epoch), so a parallel `map` gives the same crops and flips whatever the thread timing (stateful random
+ops in a parallel map hand out their numbers in whatever order the threads run, which made two runs
+with the same seed differ), and `config.seed` alone fixes them, not the order in which ops were built.
 
 Augmentation uses TF Model Garden's vision ops (`official.vision.ops.preprocess_ops`): a random crop
 covering 80-100% of the area, resized back, and an optional horizontal flip (off for the synthetic
@@ -102,13 +111,22 @@ def decode_image(encoded: tf.Tensor) -> tf.Tensor:
     return tf.image.convert_image_dtype(image, tf.float32)
 
 
-def train_image(image: tf.Tensor, config: PipelineConfig) -> tf.Tensor:
-    """Random crop (area in `crop_area`, aspect 3/4..4/3), resize, optional horizontal flip."""
+def train_image(image: tf.Tensor, config: PipelineConfig, seed: tf.Tensor) -> tf.Tensor:
+    """Random crop (area in `crop_area`, aspect 3/4..4/3), resize, optional horizontal flip.
+
+    `seed`: int [2], the sample's stateless seed (the same seed gives the same crop and flip).
+    """
     if config.crop_area != (1.0, 1.0):
-        image = preprocess_ops.random_crop_image(image, area_range=config.crop_area, seed=None)
+        # Model Garden's random_crop_image, made stateless: the same box sampler, seeded per sample.
+        offset, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image), tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]), seed=seed,
+            min_object_covered=config.crop_area[0], aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=config.crop_area, max_attempts=10)
+        image = tf.slice(image, offset, size)
     image = tf.image.resize(image, [config.image_size, config.image_size], antialias=True)
     if config.flip:
-        image, _, _ = preprocess_ops.random_horizontal_flip(image, seed=None)
+        image = tf.image.stateless_random_flip_left_right(image, seed=tf.random.experimental.stateless_fold_in(
+            seed, 1))
     return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [config.image_size, config.image_size, 3])
 
 
@@ -237,29 +255,50 @@ def _check_relevance_available(info: schema.DatasetInfo, config: PipelineConfig,
             f"{_SLOT_BUILD_HINT[config.relevance]} (python -m kitm.data.build).")
 
 
-def _records(root, split: str, config: PipelineConfig, training: bool):
+def _records(root, split: str, config: PipelineConfig, training: bool, shard: tuple[int, int] | None = None):
     info = schema.load_info(root)
     check_image_input(info)
     _check_relevance_available(info, config, root)
     spec = schema.feature_spec(info)
     paths = info.shard_paths(root, split)
-    records = read_records(paths, shuffle_files=training, deterministic=config.deterministic, seed=config.seed)
+    if shard is None:
+        records = read_records(paths, shuffle_files=training, deterministic=config.deterministic, seed=config.seed)
+    else:
+        # Every pipeline must read the same record order for the shards to be complementary: the same file
+        # shuffle (same seed), a deterministic interleave of a fixed width (AUTOTUNE would follow each
+        # machine's core count). Sharded before parsing: a pipeline decodes only its own records.
+        records = read_records(paths, shuffle_files=training, deterministic=True, seed=config.seed,
+                               cycle_length=min(len(paths), 16)).shard(*shard)
     records = records.map(lambda path, record: parse_record(path, record, spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=config.deterministic)
     return info, records
 
 
-def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig) -> tf.data.Dataset:
-    """Shuffled, augmented, batched (x, y) pairs for `model.fit`; one pass over the split per epoch."""
-    info, dataset = batched_samples(root, split, config)
+def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig,
+                     shard: tuple[int, int] | None = None) -> tf.data.Dataset:
+    """Shuffled, augmented, batched (x, y) pairs for `model.fit`; one pass over the split per epoch.
+
+    `shard=(count, index)` keeps every count-th record from the index-th (`tf.data.Dataset.shard`), for
+    one of `count` input pipelines; its batches are `config.batch_size` (per replica, there). Pipelines
+    given the same `config.seed` read complementary shards of every pass.
+    """
+    info, dataset = batched_samples(root, split, config, shard=shard)
     return dataset.map(_to_model_inputs(tokenizer, config, info), num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
 
 
-def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig):
+def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
+                    shard: tuple[int, int] | None = None):
     """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
-    info, records = _records(root, split, config, training=True)
+    if shard is not None and not 0 <= shard[1] < shard[0]:
+        raise ValueError(f"shard must be (count, index) with 0 <= index < count; got {shard}.")
+    if shard is not None and config.neighbor_batching:
+        raise KitmDataError("Neighbour-aware batching pairs captions across the whole split; it does not run on a "
+                            "shard of it (one pipeline per worker under MultiWorkerMirroredStrategy).")
+    info, records = _records(root, split, config, training=True, shard=shard)
     num_images = info.num_images(split)
+    if shard is not None:
+        num_images = len(range(shard[1], num_images, shard[0]))
     samples = num_images * (info.captions_per_image if config.captions == "all" else 1)
     if config.batch_size > samples:
         raise KitmDataError(
@@ -276,7 +315,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig)
                        **caption_side}
         return image_side, per_caption
 
-    def to_samples(parsed):
+    def to_samples(parsed, seed):
         # Every caption of the image becomes a candidate sample (image side repeated, caption side sliced);
         # "sample" then keeps one at random per epoch, "all" keeps them all.
         image_side, per_caption = sides(parsed)
@@ -285,7 +324,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig)
         candidates = tf.data.Dataset.from_tensor_slices({**repeated, **per_caption})
         if config.captions == "all":
             return candidates
-        k = tf.random.uniform([], 0, info.captions_per_image, dtype=tf.int64)
+        k = tf.random.stateless_uniform([], seed, 0, info.captions_per_image, dtype=tf.int64)
         return candidates.skip(k).take(1)
 
     def sample_of(parsed, k):
@@ -301,23 +340,31 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig)
             records = records.cache()
         dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed,
                                   reshuffle_each_iteration=True)
-        dataset = dataset.flat_map(to_samples)
+        # The caption drawn for each image: stateless, from its own seed pair (a stream apart from augment's).
+        caption_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2).map(
+            lambda pair: tf.random.experimental.stateless_fold_in(pair, 1))
+        dataset = tf.data.Dataset.zip(dataset, caption_seeds).flat_map(to_samples)
         if config.captions == "all":
             dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed,
                                       reshuffle_each_iteration=True)
 
-    def augment(sample):
+    def augment(sample, seed):
         if info.image_mode == "encoded":
-            sample["image"] = train_image(sample["image"], config)
+            sample["image"] = train_image(sample["image"], config, seed)
         return sample
 
+    # One stateless seed pair per sample; rerandomised each epoch, the same sequence in every run.
+    seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
+    dataset = tf.data.Dataset.zip(dataset, seeds)
     dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
     dataset = dataset.batch(config.batch_size, drop_remainder=True)
     # flat_map hides the length from tf.data; stating it lets Keras size epochs and progress bars.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(samples // config.batch_size))
     if config.neighbor_batching:
-        dataset = dataset.map(_with_neighbor_positions(neighbor_table, config.num_replicas),
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+        batch_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
+        dataset = tf.data.Dataset.zip(dataset, batch_seeds).map(
+            _with_neighbor_positions(neighbor_table, config.num_replicas), num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=config.deterministic)
     return info, dataset
 
 
@@ -325,10 +372,12 @@ def _with_neighbor_positions(table, num_replicas: int):
     """Add `neighbor_position` [B]: each replica's rows point into that replica's own block (-1: none)."""
     from kitm.data.neighbor_batching import neighbor_positions
 
-    def add(batch):
+    def add(batch, seed):
         positions = batch.pop("caption_position")
         blocks = tf.split(positions, num_replicas)
-        batch["neighbor_position"] = tf.concat([neighbor_positions(block, table) for block in blocks], axis=0)
+        batch["neighbor_position"] = tf.concat(
+            [neighbor_positions(block, table, tf.random.experimental.stateless_fold_in(seed, replica))
+             for replica, block in enumerate(blocks)], axis=0)
         return batch
 
     return add

@@ -327,6 +327,7 @@ class AdaptiveLadderLoss(RetrievalLoss):
         self.cumulative = bool(cumulative)
         self.jit_compile = bool(jit_compile)
         self.term_names = tuple(f"level_{l}" for l in range(1, levels + 1))
+        self.monitor_names = ("levels_per_query",)  # logged as <name>/levels_per_query, not part of the loss
 
     def levels(self, y_true) -> tuple[tf.Tensor, tf.Tensor]:
         """(row_levels, column_levels) of the batch: `y_true["row_levels"]` and `y_true["column_levels"]`
@@ -343,6 +344,10 @@ class AdaptiveLadderLoss(RetrievalLoss):
         row_levels, column_levels = self.levels(y_true)
         terms = ladder_terms(similarity, row_levels, column_levels, margins=self.margins, betas=self._betas,
                              cumulative=self.cumulative)
+        # The number of ladder levels the clustering chose, per query, for the logs (DualEncoder reads
+        # `monitored` right after this call, in the same step).
+        chosen = tf.concat([tf.reduce_max(row_levels, axis=1), tf.reduce_max(column_levels, axis=0)], axis=0)
+        self.monitored = {"levels_per_query": tf.reduce_mean(tf.cast(chosen, tf.float32))}
         return dict(zip(self.term_names, terms))
 
     def get_config(self):

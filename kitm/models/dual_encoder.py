@@ -29,6 +29,7 @@ import tensorflow as tf
 from keras import layers
 
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
+from kitm.training.distribution import keras_reducible_logs
 
 
 @keras.saving.register_keras_serializable(package="kitm")
@@ -94,6 +95,9 @@ class DualEncoder(keras.Model):
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
                     for name, loss in losses.items() for term in loss.term_names}
+        for name, loss in losses.items():  # values a loss reports besides its terms (e.g. ladder levels chosen)
+            for key in getattr(loss, "monitor_names", ()):
+                trackers[f"{name}/{key}"] = keras.metrics.Mean(name=f"{name}/{key}")
         if any(getattr(loss, "uses_neighbors", False) for loss in losses.values()):
             # The share of rows whose semantic neighbour is in the batch (seed 004's within-modality terms).
             trackers["neighbor_coverage"] = keras.metrics.Mean(name="neighbor_coverage")
@@ -112,6 +116,8 @@ class DualEncoder(keras.Model):
             coverage.update_state(tf.reduce_mean(tf.cast(y["neighbor_position"] >= 0, tf.float32)))
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
+            for key in getattr(loss, "monitor_names", ()):
+                self.term_trackers[f"{name}/{key}"].update_state(loss.monitored[key])
             weight = self.loss_weights_by_name[name]
             for term, values in terms.items():
                 if sample_weight is not None:
@@ -165,7 +171,25 @@ class DualEncoder(keras.Model):
         # Keras logs the loss summed over replicas; compute_loss divided it by their number.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        # Shaped so that Keras can average them over several workers (kitm.training.distribution).
+        return keras_reducible_logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras' pre-`fit` symbolic build, skipped when there is nothing left to build.
+
+        Under a strategy Keras first averages one input batch across replicas with `strategy.reduce`,
+        which MultiWorkerMirroredStrategy cannot do for a nested batch like ours (a dict of tensors;
+        keras-team/keras#20329): with several workers `fit` would fail before its first step. A model
+        built beforehand (`build_from_inputs`) with a built optimizer and no compiled Keras losses or
+        metrics has nothing for that build to create, so the batch is not needed.
+        """
+        built = all(layer.built for layer in self._flatten_layers())
+        optimizer_built = self.optimizer is None or self.optimizer.built
+        compiled_unbuilt = any(getattr(self, name, None) is not None and not getattr(self, name).built
+                               for name in ("_compile_metrics", "_compile_loss"))
+        if built and optimizer_built and not compiled_unbuilt:
+            return
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     @property
     def metrics(self):

@@ -1,2 +1,11 @@
-"""kitm.training: training procedures that span several `fit` calls (seed 003's three phases). No imports here:
-import the submodules (`kitm.training.center_phases`)."""
+"""kitm.training: how a model is trained beyond its losses. No imports here: import the submodules.
+
+distribution      strategies (one device, MirroredStrategy, MultiWorkerMirroredStrategy from TF_CONFIG), the
+                  per-replica input pipelines, the chief and the other workers' output directories
+fault_tolerance   BackupAndRestore that resumes a killed run mid-epoch, writes atomically and never backs up NaNs
+reproducibility   seeds and TensorFlow's op determinism
+schedules         learning-rate schedules (step decay, warm-up + cosine)
+finetune          fine-tuning the image backbone after a frozen phase
+precision         mixed-precision policies
+center_phases     seed 003's three training phases (several `fit` calls)
+"""

@@ -587,6 +587,7 @@ class CenterPhaseTrainer:
                 # that this phase starts at its own epoch (the phase's callbacks set it again when resuming).
                 model._initial_epoch = None
                 history = model.fit(train, epochs=end, initial_epoch=initial, verbose=verbose, shuffle=False,
+                                    steps_per_epoch=steps_per_epoch,
                                     callbacks=self._phase_callbacks(phase, callbacks, save))
                 for key, values in history.history.items():
                     merged.history.setdefault(key, []).extend(values)

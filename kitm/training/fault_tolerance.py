@@ -1,0 +1,119 @@
+"""Resuming a killed run: Keras' BackupAndRestore, resumed mid-epoch, written atomically, never NaN.
+
+`keras.callbacks.BackupAndRestore(save_freq=n)` backs up the weights (and the optimizer's state, which
+`save_weights` includes) every n steps, but Keras 3 restores only the epoch: a run killed at step k of
+epoch e starts epoch e again from its first step on the step-k weights, so it runs k more steps than
+asked. `ResumableBackupAndRestore` resumes at the step: the restored optimizer's `iterations` (saved in
+the same file as the weights, so the two can never disagree) gives
+    epoch e = iterations // steps_per_epoch,   steps already done in it k = iterations mod steps_per_epoch,
+training restarts at epoch e and that epoch stops after its remaining steps_per_epoch - k steps (by
+`model.stop_training`, withdrawn at the epoch's end so the following epochs run). The run thus ends after
+exactly epochs x steps_per_epoch optimizer steps, as if never killed. The data of the resumed epoch is a
+fresh pass of the input pipeline, not the rest of the interrupted one.
+
+Writes are atomic: `<backup>/latest.partial.weights.h5` then a rename, then the metadata the same way,
+so a kill during a backup leaves the previous backup whole. A step or epoch whose loss is NaN or infinite
+is never backed up (nor checkpointed: `kitm.callbacks.checkpoint`), so a restart after
+`TerminateOnNaN` resumes from the last good state. On a multi-worker non-chief, `write_dir` is its
+temporary directory, while restoring reads the chief's `backup_dir` (`kitm.training.distribution`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+import keras
+
+from kitm.callbacks.checkpoint import finite_loss
+
+WEIGHTS = "latest.weights.h5"
+METADATA = "training_metadata.json"
+
+
+def backup_save_freq(every_steps: int):
+    """Keras' `save_freq` for a backup every `every_steps` steps (0: at the end of each epoch)."""
+    if isinstance(every_steps, bool) or int(every_steps) != every_steps or every_steps < 0:
+        raise ValueError(f"backup every_steps must be an integer >= 0; got {every_steps!r}.")
+    return int(every_steps) if every_steps else "epoch"
+
+
+class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore that resumes a killed run at its last backed-up step (module docstring).
+
+    Args:
+      backup_dir: where the backup is restored from (and written, without `write_dir`).
+      steps_per_epoch: optimizer steps in one epoch of this run.
+      save_freq: "epoch", or back up every this many steps.
+      write_dir: where this process writes its backups (a multi-worker non-chief's temporary directory).
+      delete_checkpoint: remove this process's backup when `fit` ends. The launcher passes False and removes
+        it once the whole run (evaluation, export) is done, so a run killed after training resumes there.
+    Attributes:
+      restored_step: the optimizer step restored at the start of training (0: a fresh start).
+    """
+
+    def __init__(self, backup_dir: str | os.PathLike, *, steps_per_epoch: int, save_freq="epoch",
+                 write_dir: str | os.PathLike | None = None, delete_checkpoint: bool = True):
+        super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=False,
+                         delete_checkpoint=delete_checkpoint)
+        if isinstance(steps_per_epoch, bool) or int(steps_per_epoch) != steps_per_epoch or steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be a positive integer; got {steps_per_epoch!r}.")
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.write_dir = pathlib.Path(write_dir if write_dir is not None else backup_dir)
+        self.restored_step = 0
+        self._partial_epoch: tuple[int, int] | None = None  # (epoch, steps left in it) after a mid-epoch restore
+        self._stopped_partial_epoch = False
+        self._epoch = 0
+
+    # -- restore -----------------------------------------------------------------------------------
+    def _load_model(self):
+        super()._load_model()  # the weights and optimizer state, and Keras' epoch from the metadata
+        if not os.path.exists(self._weights_path) or self.model.optimizer is None:
+            return
+        self.restored_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        epoch, done = divmod(self.restored_step, self.steps_per_epoch)
+        self.model._initial_epoch = epoch  # noqa: SLF001 (the attribute Keras' own BackupAndRestore sets)
+        self._current_epoch = epoch
+        self._partial_epoch = (epoch, self.steps_per_epoch - done) if done else None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if finite_loss(logs):  # a NaN step is never backed up; TerminateOnNaN stops the run
+            super().on_train_batch_end(batch, logs)
+        partial = self._partial_epoch
+        if partial and partial[0] == self._epoch and batch + 1 >= partial[1] and not self.model.stop_training:
+            # The interrupted epoch's remaining steps are done: end this epoch (not the run, see on_epoch_end).
+            self.model.stop_training = True
+            self._stopped_partial_epoch = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._stopped_partial_epoch:
+            self.model.stop_training = False
+            self._stopped_partial_epoch = False
+        if self._partial_epoch and self._partial_epoch[0] == epoch:
+            self._partial_epoch = None
+        if finite_loss(logs):  # else keep the last good backup (TerminateOnNaN ends the run)
+            super().on_epoch_end(epoch, logs)
+
+    # -- backup ------------------------------------------------------------------------------------
+    def _save_model(self):
+        """Weights (with the optimizer), then metadata, each under a temporary name and renamed."""
+        self.write_dir.mkdir(parents=True, exist_ok=True)
+        weights = self.write_dir / WEIGHTS
+        partial = self.write_dir / ("latest.partial" + ".weights.h5")
+        self.model.save_weights(str(partial), overwrite=True)
+        os.replace(partial, weights)
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else None
+        metadata = self.write_dir / METADATA
+        tmp = metadata.with_name(METADATA + ".tmp")
+        tmp.write_text(json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
+        os.replace(tmp, metadata)
+
+    def on_train_end(self, logs=None):
+        # Only this process's own backup: a non-chief must not remove the chief's.
+        if self.delete_checkpoint and self.write_dir.exists():
+            shutil.rmtree(self.write_dir, ignore_errors=True)
