@@ -35,9 +35,10 @@ def _ragged(features, values, captions_per_group=None):
     return tensor
 
 
-def _batch_cider_from_features(hypotheses, groups, document_frequency):
-    hypothesis_features = cider_features(hypotheses, document_frequency)
-    reference_features = cider_features([c for group in groups for c in group], document_frequency)
+def _batch_cider_from_features(hypotheses, groups, document_frequency, normalize=True):
+    hypothesis_features = cider_features(hypotheses, document_frequency, normalize=normalize)
+    reference_features = cider_features([c for group in groups for c in group], document_frequency,
+                                        normalize=normalize)
     size = len(groups[0])
     return batch_cider(
         {"keys": _ragged(hypothesis_features, hypothesis_features.keys),
@@ -70,7 +71,7 @@ def test_batch_cider_edge_cases_against_pycocoevalcap():
     document_frequency = DocumentFrequency.from_reference_groups(corpus, normalize=False)
     # Empty after normalisation is impossible with normalize=False; use one-word, repeated, absent n-grams.
     hypotheses = ["dog", "a a a a a a", "a cat a cat a cat", "zebra crossing", "two men talk in a room", "room"]
-    found = _batch_cider_from_features_unnormalized(hypotheses, corpus, document_frequency)
+    found = _batch_cider_from_features(hypotheses, corpus, document_frequency, normalize=False)
 
     corpus_frequency = collections.defaultdict(float, {
         tuple(gram.split()): float(count) for gram, count in document_frequency.counts.items()})
@@ -84,19 +85,6 @@ def test_batch_cider_edge_cases_against_pycocoevalcap():
         scores = np.array(scorer.compute_cider())
         np.testing.assert_allclose(found[:, row], scores, rtol=2e-6, atol=2e-6)
     assert np.count_nonzero(found) >= 5  # "a" is in every document: idf 0, so "a a a a a a" scores 0
-
-
-def _batch_cider_from_features_unnormalized(hypotheses, groups, document_frequency):
-    hypothesis_features = cider_features(hypotheses, document_frequency, normalize=False)
-    reference_features = cider_features([c for group in groups for c in group], document_frequency, normalize=False)
-    size = len(groups[0])
-    return batch_cider(
-        {"keys": _ragged(hypothesis_features, hypothesis_features.keys),
-         "weights": _ragged(hypothesis_features, hypothesis_features.hypothesis_weights),
-         "lengths": hypothesis_features.lengths},
-        {"keys": _ragged(reference_features, reference_features.keys, size),
-         "weights": _ragged(reference_features, reference_features.reference_weights, size),
-         "lengths": reference_features.lengths.reshape(-1, size)}).numpy()
 
 
 def test_caption_that_normalises_to_nothing_has_no_entries_and_scores_zero():

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import collections
 import os
-import pathlib
 from collections.abc import Sequence
 
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split,
-                                        read_image_bytes, read_json, relevance_sources, write_dataset)
+                                        image_files, read_json, relevance_sources, write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.data.karpathy import read_karpathy_images
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
@@ -119,11 +118,7 @@ def build_coco_captions(out: str | os.PathLike, caption_files: Sequence[str | os
                   "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
                   "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
                   "sentence_model": sentence_model, "neighbors_k": neighbors_k}
-    if images_dir is None:
-        image_mode, image_of = "none", lambda entry: {}
-    else:
-        images = pathlib.Path(images_dir)
-        image_mode, image_of = "encoded", lambda entry: {"image_encoded": read_image_bytes(images / entry.location)}
+    image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="coco", parameters=parameters, image_mode=image_mode, image_of=image_of,
         relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, num_shards=num_shards,

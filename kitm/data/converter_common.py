@@ -165,6 +165,15 @@ def read_image_bytes(path: pathlib.Path) -> bytes:
     return path.read_bytes()
 
 
+def image_files(images_dir: str | os.PathLike | None) -> tuple[str, Callable[[Entry], Mapping[str, Any]]]:
+    """(image_mode, image_of) for `write_dataset` when images are optional: the encoded files under `images_dir`
+    (at each entry's location), or a captions-only dataset (image_mode "none") without it."""
+    if images_dir is None:
+        return "none", lambda entry: {}
+    images = pathlib.Path(images_dir)
+    return "encoded", lambda entry: {"image_encoded": read_image_bytes(images / entry.location)}
+
+
 def read_text_lines(path: str | os.PathLike) -> list[str]:
     """A UTF-8 text file's lines (without line ends), naming the file when it is absent or not UTF-8."""
     path = pathlib.Path(path)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split,
-                                        read_image_bytes, read_text_lines, relevance_sources, write_dataset)
+                                        image_files, read_text_lines, relevance_sources, write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
@@ -118,11 +118,7 @@ def build_flickr8k(out: str | os.PathLike, flickr8k_dir: str | os.PathLike, imag
                   "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
                   "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
                   "sentence_model": sentence_model, "neighbors_k": neighbors_k}
-    if images_dir is None:
-        image_mode, image_of = "none", lambda entry: {}
-    else:
-        images = pathlib.Path(images_dir)
-        image_mode, image_of = "encoded", lambda entry: {"image_encoded": read_image_bytes(images / entry.location)}
+    image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="flickr8k", parameters=parameters, image_mode=image_mode, image_of=image_of,
         relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, num_shards=num_shards,

@@ -169,8 +169,9 @@ def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crop
 
 
 def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
-    """The model's image input from a parsed record: pixels, a feature vector, or mean-pooled regions."""
-    check_image_input(info)
+    """The model's image input from a parsed record: pixels, a feature vector, or mean-pooled regions.
+
+    Captions-only datasets never get here: `_records` refuses them before tracing (`check_image_input`)."""
     if info.image_mode == "encoded":
         return decode_image(parsed["image/encoded"])
     if info.image_mode == "feature":
