@@ -296,7 +296,7 @@ def test_get_config_round_trip_and_serialization():
     for loss in (LadderLoss(thresholds=(0.4, 0.35), margins=(0.2, 0.01, 0.01), betas=(1, 0.25, 0.125),
                             cumulative=True, name="lad3"),
                  AdaptiveLadderLoss(level_bounds=(2, 3), first_margin=0.1, margin=0.02, betas=(1, 0.5, 0.25),
-                                    jit_compile=False),
+                                    lloyd_runs=0, jit_compile=False),
                  AdaptiveLadderLoss()):
         clone = type(loss).from_config(loss.get_config())
         assert clone.get_config() == loss.get_config()

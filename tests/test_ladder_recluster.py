@@ -146,7 +146,8 @@ def test_callback_thresholds_match_the_brute_force_oracle(seed, tmp_path):
     loss = ReclusterableLadderLoss(thresholds=(0.6, 0.3), margins=(0.2, 0.01, 0.01), betas=(1.0, 0.25, 0.125),
                                    sample_size=256)
     model.compile("sgd", losses={"ladder": loss})
-    callback = LadderReclusterCallback(every_batches=2, k_min=2, log_dir=str(tmp_path / "logs"))
+    # lloyd_runs=0: the exact k-means optimum, which the exhaustive oracle computes.
+    callback = LadderReclusterCallback(every_batches=2, k_min=2, lloyd_runs=0, log_dir=str(tmp_path / "logs"))
     # Validation evaluates the loss too; its relevance must not reach the sample.
     validation = batches([np.full((b, b), 5.0)], seed=1)
     history = fit(model, batches(blocks), [callback], epochs=1, validation_data=validation).history

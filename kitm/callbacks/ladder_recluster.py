@@ -4,7 +4,7 @@ The fixed-threshold ladder loss (seed 001; `kitm.losses.LadderLoss`) splits each
 levels by thresholds theta_1 > theta_2 > ... on the relevance. The adaptive ladder of the paper
 clusters every query's relevance row on every step (Eqs. 9-12). This callback sits in between: the
 loss keeps a uniform random sample of the negatives' relevance values it sees, and every q batches the
-callback clusters that sample once, as one [1, n] row, with the exact 1-D k-means plus silhouette of
+callback clusters that sample once, as one [1, n] row, with the 1-D k-means plus silhouette of
 `kitm.ops.auto_kmeans_1d` (k in [k_min, k_max], k_max <= L, the loss's number of levels), and sets
 
     theta_l = (mu_l + mu_{l+1}) / 2,   l = 1 .. k - 1         (mu_1 > mu_2 > ... the cluster means)
@@ -43,7 +43,7 @@ from kitm.callbacks.adaptive_margin import BatchCounter, find_loss, log_name
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 from kitm.losses.base import RetrievalLoss
 from kitm.losses.ladder import LadderLoss
-from kitm.ops.kmeans1d import auto_kmeans_1d
+from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 from kitm.ops.similarity import negative_mask
 
 __all__ = ["RelevanceSample", "ReclusterableLadderLoss", "LadderReclusterCallback", "threshold_levels",
@@ -198,6 +198,8 @@ class LadderReclusterCallback(keras.callbacks.Callback):
         e.g. `ReclusterableLadderLoss`; None finds the one in `model.loss_functions`.
       every_batches: q.
       k_min, k_max: the range of k for the silhouette (2 <= k_min <= k_max <= L; k_max defaults to L).
+      lloyd_runs: passed to `auto_kmeans_1d` (Lloyd runs scored beside the exact k-means optimum; 0
+        clusters with the exact optimum only).
       jit_compile: passed to `auto_kmeans_1d` (off by default: it runs once every q batches and the
         sample size can change, so XLA's per-shape compile would not pay).
       log_dir: optional directory for tf.summary scalars at each update; verbose: 1 prints each update.
@@ -205,7 +207,8 @@ class LadderReclusterCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, loss=None, *, every_batches: int = 500, k_min: int = 2, k_max: int | None = None,
-                 jit_compile: bool = False, log_dir: str | None = None, verbose: int = 0):
+                 lloyd_runs: int = DEFAULT_LLOYD_RUNS, jit_compile: bool = False, log_dir: str | None = None,
+                 verbose: int = 0):
         super().__init__()
         self.loss = loss
         if loss is not None:
@@ -217,6 +220,7 @@ class LadderReclusterCallback(keras.callbacks.Callback):
         self.k_max = None if k_max is None else int(k_max)
         if self.k_min < 2 or (self.k_max is not None and self.k_max < self.k_min):
             raise ValueError(f"Need 2 <= k_min <= k_max; got k_min={k_min}, k_max={k_max}.")
+        self.lloyd_runs = int(lloyd_runs)
         self.jit_compile = bool(jit_compile)
         self.log_dir = log_dir
         self.verbose = int(verbose)
@@ -265,7 +269,7 @@ class LadderReclusterCallback(keras.callbacks.Callback):
             # auto_kmeans_1d needs k_max <= the row's length; a short sample narrows the range.
             k_top = min(k_max, values.size)
             labels, chosen, sil = auto_kmeans_1d(values[None, :], min(k_min, k_top), k_top,
-                                                 jit_compile=self.jit_compile)
+                                                 lloyd_runs=self.lloyd_runs, jit_compile=self.jit_compile)
             labels = labels.numpy()[0]
             k, silhouette = int(chosen.numpy()[0]), float(sil.numpy()[0])
             thresholds = thresholds_from_clusters(values, labels, k, self.num_levels - 1)

@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from kitm.losses.base import RetrievalLoss
 from kitm.losses.samplers import hard_contrastive, masked_max
-from kitm.ops.kmeans1d import auto_kmeans_1d
+from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 from kitm.ops.similarity import negative_mask
 
 __all__ = ["ladder_levels", "ladder_terms", "ladder_loss", "LadderLoss", "AdaptiveLadderLoss"]
@@ -230,7 +230,7 @@ class LadderLoss(RetrievalLoss):
         return config
 
 
-def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None,
+def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloyd_runs: int = DEFAULT_LLOYD_RUNS,
                     jit_compile: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
     """(row_levels, column_levels), int32 [B, B], from per-query 1-D k-means (seed 001 Eqs. 9-12).
 
@@ -240,7 +240,8 @@ def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None,
     clustering and get level 0. (The reference clusters the whole row, positive included, and then
     overwrites the positive's label.) Clusters are numbered 1, 2, ... by decreasing centre; a query
     whose candidates hold fewer than `k_min` distinct values gets one level per distinct value, and one
-    with no candidate (B = 1) only level 0. `jit_compile` is passed to `auto_kmeans_1d` (XLA, compiled
+    with no candidate (B = 1) only level 0. `lloyd_runs` (Lloyd runs from k-means++ seeds scored beside
+    the exact optimum; 0 for the exact optimum only) and `jit_compile` are passed to `auto_kmeans_1d` (XLA, compiled
     once per batch shape: faster for a fixed batch size; False where the batch size keeps changing).
     """
     relevance = tf.convert_to_tensor(relevance)
@@ -259,7 +260,7 @@ def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None,
     pad = max(k_max - b, 0) if b is not None else tf.maximum(k_max - cols, 0)
     values = tf.pad(values, [[0, 0], [0, pad]])
     mask = tf.pad(mask, [[0, 0], [0, pad]], constant_values=False)
-    labels, _, _ = auto_kmeans_1d(values, k_min, k_max, mask=mask, jit_compile=jit_compile)
+    labels, _, _ = auto_kmeans_1d(values, k_min, k_max, mask=mask, lloyd_runs=lloyd_runs, jit_compile=jit_compile)
     labels = labels[:, :cols]
     rows = tf.shape(relevance)[0]
     row_levels = labels[:rows]
@@ -286,8 +287,9 @@ class AdaptiveLadderLoss(RetrievalLoss):
     """Adaptive ladder loss: levels from per-query k-means of the batch relevance (seed 001, Sec. III-C).
 
     For every image query (row of `y_true["relevance"]`) and every caption query (column), the
-    non-positive candidates' relevance values are clustered by exact 1-D k-means for each k in
-    [L_min, L_max]; the k with the highest mean silhouette is kept (`adaptive_levels`). Ladder l then
+    non-positive candidates' relevance values are clustered by 1-D k-means for each k in [L_min, L_max]
+    (the exact optimum, or a Lloyd run's result where it scores a higher silhouette); the k with the
+    highest mean silhouette is kept (`adaptive_levels`). Ladder l then
     uses margin alpha_l and weight beta_l; a query with fewer than l clusters has an empty `N_>=l` and
     pays nothing for ladder l (the reference pays `alpha_l - min(...)`, METHODS.md).
 
@@ -302,12 +304,15 @@ class AdaptiveLadderLoss(RetrievalLoss):
       margin: alpha_l for l >= 2 (0.01).
       betas: (beta_1, ..., beta_{L_max}); None gives the paper's beta_1 = 1, beta_l = 1 / 2^l.
       cumulative: cumulative form instead of hard contrastive pairs.
+      lloyd_runs: Lloyd runs from k-means++ seeds per query and k, scored beside the exact k-means
+        optimum (`kitm.ops.auto_kmeans_1d`); 0 clusters with the exact optimum only.
       jit_compile: cluster with XLA (`auto_kmeans_1d`; one compilation per batch shape).
     Terms: "level_1" ... "level_{L_max}" (both directions summed, weighted).
     """
 
     def __init__(self, level_bounds: Sequence[int] = (2, 4), first_margin: float = 0.2, margin: float = 0.01,
-                 betas: Sequence[float] | None = None, cumulative: bool = False, jit_compile: bool = True,
+                 betas: Sequence[float] | None = None, cumulative: bool = False,
+                 lloyd_runs: int = DEFAULT_LLOYD_RUNS, jit_compile: bool = True,
                  name: str = "adaptive_ladder", reduction: str = "sum", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.level_bounds = _check_level_bounds(level_bounds)
@@ -325,6 +330,9 @@ class AdaptiveLadderLoss(RetrievalLoss):
         self.betas = None if default_betas else betas
         self._betas = betas
         self.cumulative = bool(cumulative)
+        if isinstance(lloyd_runs, bool) or int(lloyd_runs) != lloyd_runs or int(lloyd_runs) < 0:
+            raise ValueError(f"lloyd_runs must be an integer >= 0; got {lloyd_runs!r}.")
+        self.lloyd_runs = int(lloyd_runs)
         self.jit_compile = bool(jit_compile)
         self.term_names = tuple(f"level_{l}" for l in range(1, levels + 1))
         self.monitor_names = ("levels_per_query",)  # logged as <name>/levels_per_query, not part of the loss
@@ -337,7 +345,8 @@ class AdaptiveLadderLoss(RetrievalLoss):
         if row_levels is not None and column_levels is not None:
             return row_levels, column_levels
         return adaptive_levels(_relevance(y_true, "AdaptiveLadderLoss"), *self.level_bounds,
-                               image_index=self.optional(y_true, "image_index"), jit_compile=self.jit_compile)
+                               image_index=self.optional(y_true, "image_index"), lloyd_runs=self.lloyd_runs,
+                               jit_compile=self.jit_compile)
 
     def compute_terms(self, y_true, y_pred):
         similarity = self.similarity(y_pred)
@@ -354,5 +363,5 @@ class AdaptiveLadderLoss(RetrievalLoss):
         config = super().get_config()
         config.update(level_bounds=list(self.level_bounds), first_margin=self.first_margin, margin=self.margin,
                       betas=None if self.betas is None else list(self.betas), cumulative=self.cumulative,
-                      jit_compile=self.jit_compile)
+                      lloyd_runs=self.lloyd_runs, jit_compile=self.jit_compile)
         return config

@@ -1,11 +1,12 @@
-"""Exact 1-D k-means of every row of a matrix, with the number of clusters chosen by silhouette.
+"""1-D k-means of every row of a matrix (exact optimum, and Lloyd runs scored by silhouette), with the
+number of clusters chosen by silhouette.
 
 This is the clustering step of the adaptive ladder loss (seed 001, Eqs. 9-12; METHODS.md "Ladder
 loss"): each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
 one with the highest mean silhouette, and levels are numbered by decreasing cluster centre.
 
-Why an exact dynamic programme instead of Lloyd's algorithm
-------------------------------------------------------------
+The exact optimum: a dynamic programme
+--------------------------------------
 In one dimension an optimal k-means partition consists of runs of consecutive values in sorted
 order, so the optimum is the best way to cut the sorted row into k runs:
 
@@ -27,6 +28,21 @@ processing rows in chunks of at most `max_table_elements / n^2` rows.
 The computation runs in float64 whatever the input dtype: SSE from prefix sums subtracts two
 nearly equal numbers, and float32 would make near-tied partitions come out in the wrong order.
 (Values are also centred per row first, which keeps the cancellation small.)
+
+Why Lloyd runs too
+------------------
+The number of clusters is chosen by silhouette, and the partition with the lowest SSE is not always
+the one with the highest silhouette: Lloyd's algorithm from k-means++ seeds (scikit-learn's default
+KMeans, what the reference code runs) sometimes stops in a local optimum that scores higher, e.g.
+a singleton cluster for an outlying value.  So for every row and k, `lloyd_runs` runs of that very
+algorithm (greedy k-means++ seeding, then Lloyd's iterations with scikit-learn's stopping rule; see
+`_kmeans_plus_plus` and `_lloyd`) are scored too, and the exact optimum is replaced by a run's
+result only where that scores a strictly higher silhouette.  Hence, for every k, the kept
+clustering is a k-means solution whose SSE is either the global minimum or that of a Lloyd run from
+k-means++ seeds, and whose silhouette is at least the higher of the two; its expectation is at least
+that of scikit-learn's KMeans (same algorithm, same distribution), and never below the exact
+optimum's.  `lloyd_runs=0` keeps the exact optima only.  The seeds are stateless draws from `seed`:
+the same input and seed always give the same clusters.
 
 Ties
 ----
@@ -57,6 +73,7 @@ like ``numpy.argmax`` in the reference implementation.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -68,22 +85,31 @@ __all__ = ["auto_kmeans_1d", "kmeans_1d_candidates", "KMeans1DCandidates"]
 DEFAULT_MAX_TABLE_ELEMENTS = 1 << 23
 # Bands of run ends that skip the all-infinite upper triangle of the DP table (see `_solve`).
 _BANDS = 4
+# Runs of Lloyd's algorithm from k-means++ seeds considered beside the exact optimum, per row and k
+# (scikit-learn's KMeans default is one run), and their iteration cap (scikit-learn's max_iter).
+DEFAULT_LLOYD_RUNS = 1
+_LLOYD_MAX_ITER = 300
+_LLOYD_UNROLL = 4
 
 
 class KMeans1DCandidates(NamedTuple):
     """Optimal clustering of every row for each k in [k_min, k_max] (axis 1 indexes k - k_min).
 
-    labels:     int32 [rows, K, cols], 1 = cluster with the highest centre, 0 = masked entry.
-    sse:        [rows, K] within-cluster sum of squared deviations (the k-means objective).
-    silhouette: [rows, K] mean silhouette of those labels over the row's valid entries.
-    eligible:   bool [rows, K], False where k exceeds the row's number of distinct values; the
-                other three outputs are meaningless there (sse is +inf).
+    labels:      int32 [rows, K, cols], 1 = cluster with the highest centre, 0 = masked entry.
+    sse:         [rows, K] within-cluster sum of squared deviations (the k-means objective) of labels.
+    silhouette:  [rows, K] mean silhouette of those labels over the row's valid entries.
+    eligible:    bool [rows, K], False where k exceeds the row's number of distinct values; the
+                 other outputs are meaningless there (sse and optimal_sse are +inf).
+    optimal_sse: [rows, K] the global minimum of the k-means objective (the exact DP's); equal to
+                 sse where the exact optimum was kept, below it where a Lloyd run scored a higher
+                 silhouette.
     """
 
     labels: tf.Tensor
     sse: tf.Tensor
     silhouette: tf.Tensor
     eligible: tf.Tensor
+    optimal_sse: tf.Tensor
 
 
 def auto_kmeans_1d(
@@ -92,13 +118,16 @@ def auto_kmeans_1d(
     k_max: int,
     *,
     mask: tf.Tensor | None = None,
+    lloyd_runs: int = DEFAULT_LLOYD_RUNS,
+    seed: int = 0,
     max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
     jit_compile: bool = True,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Cluster each row of `values` with exact 1-D k-means, k chosen by the mean silhouette.
+    """Cluster each row of `values` with 1-D k-means, k chosen by the mean silhouette.
 
-    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (seed 001, Eq. 9), each C from the
-    globally optimal k-means partition of the row (exact DP, see the module docstring).
+    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (seed 001, Eq. 9), each C the
+    globally optimal k-means partition of the row (exact DP), or the result of a Lloyd run from
+    k-means++ seeds where that scores a higher silhouette (module docstring, "Why Lloyd runs too").
 
     Works eagerly and inside `tf.function` (also with `jit_compile=True` and unknown shapes).
 
@@ -108,6 +137,10 @@ def auto_kmeans_1d(
       k_min, k_max: Python ints, 2 <= k_min <= k_max <= cols.
       mask: optional bool [rows, cols]; only True entries are clustered (e.g. the non-positive
         candidates of each query, the paper's N^{-q}); False entries get label 0.
+      lloyd_runs: runs of Lloyd's algorithm from greedy k-means++ seeds (scikit-learn's default
+        KMeans) per row and k, kept instead of the exact optimum where their silhouette is higher
+        (module docstring, "Why Lloyd runs too").  0 returns the exact optima only.
+      seed: Python int seeding those runs (stateless: the same input and seed give the same output).
       max_table_elements: memory bound, see `DEFAULT_MAX_TABLE_ELEMENTS`.
       jit_compile: run the clustering as one XLA computation, compiled once per input shape
         (about 1-3 s on first use).  XLA fuses the DP's table passes: about 4x faster than the
@@ -121,8 +154,9 @@ def auto_kmeans_1d(
         k_min distinct values (module docstring, "Ties").
       silhouette: [rows] mean silhouette of the returned labels, in `values`' dtype.
     """
-    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements)
-    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, False, bool(jit_compile))(x, valid)
+    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
+    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs, seed, False,
+                                    bool(jit_compile))(x, valid)
     labels.set_shape(x.shape)  # the runner is traced for any shape; keep what is known
     k.set_shape(x.shape[:1])
     silhouette.set_shape(x.shape[:1])
@@ -135,34 +169,47 @@ def kmeans_1d_candidates(
     k_max: int,
     *,
     mask: tf.Tensor | None = None,
+    lloyd_runs: int = DEFAULT_LLOYD_RUNS,
+    seed: int = 0,
     max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
     jit_compile: bool = True,
 ) -> KMeans1DCandidates:
-    """The exact k-means clustering of every row for every k in [k_min, k_max], with its SSE and
-    mean silhouette: what `auto_kmeans_1d` chooses from.  Arguments as in `auto_kmeans_1d`."""
-    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements)
-    labels, sse, silhouette, eligible = _runner(k_min, k_max, max_table_elements, True, bool(jit_compile))(x, valid)
+    """The k-means clustering of every row for every k in [k_min, k_max] (the exact optimum, or a
+    Lloyd run's result where its silhouette is higher), with its SSE, the optimal SSE and the mean
+    silhouette: what `auto_kmeans_1d` chooses from.  Arguments as in `auto_kmeans_1d`; with
+    `lloyd_runs=0` every clustering is the exact optimum."""
+    x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
+    labels, sse, silhouette, eligible, optimal_sse = _runner(
+        k_min, k_max, max_table_elements, lloyd_runs, seed, True, bool(jit_compile))(x, valid)
     num_k = k_max - k_min + 1
     labels.set_shape([x.shape[0], num_k, x.shape[1]])
-    for t in (sse, silhouette, eligible):
+    for t in (sse, silhouette, eligible, optimal_sse):
         t.set_shape([x.shape[0], num_k])
-    return KMeans1DCandidates(labels, tf.cast(sse, out_dtype), tf.cast(silhouette, out_dtype), eligible)
+    return KMeans1DCandidates(labels, tf.cast(sse, out_dtype), tf.cast(silhouette, out_dtype), eligible,
+                              tf.cast(optimal_sse, out_dtype))
 
 
 @functools.lru_cache(maxsize=None)
-def _runner(k_min: int, k_max: int, max_table_elements: int, candidates: bool, jit_compile: bool):
+def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, seed: int, candidates: bool,
+            jit_compile: bool):
     """One tf.function per setting, traced once for any [rows, cols] (XLA still compiles per shape)."""
     if candidates:
-        fn = lambda xc, vc: _solve(xc, vc, k_min, k_max)[3:]  # noqa: E731
+        fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[3:]  # noqa: E731
         signature = (tf.TensorSpec([None, None, None], tf.int32), tf.TensorSpec([None, None], tf.float64),
-                     tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool))
+                     tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool),
+                     tf.TensorSpec([None, None], tf.float64))
     else:
-        fn = lambda xc, vc: _solve(xc, vc, k_min, k_max)[:3]  # noqa: E731
+        fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[:3]  # noqa: E731
         signature = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32),
                      tf.TensorSpec([None], tf.float64))
 
     def run(x, valid):
-        return _chunked(fn, x, valid, max_table_elements, signature)
+        # Every random number a row's Lloyd runs use is drawn here, per row, before chunking: a
+        # row's clusters depend on (seed, its row index) and not on the chunk size.
+        draws = tf.random.stateless_uniform(
+            [tf.shape(x)[0], k_max - k_min + 1, lloyd_runs, _draws_per_run(k_min, k_max)],
+            tf.constant([seed, 0], tf.int64), dtype=tf.float64, alg="philox")
+        return _chunked(fn, (x, valid, draws), max_table_elements, signature)
 
     return tf.function(
         run,
@@ -172,10 +219,12 @@ def _runner(k_min: int, k_max: int, max_table_elements: int, candidates: bool, j
     )
 
 
-def _check_inputs(values, k_min, k_max, mask, max_table_elements):
-    for name, k in (("k_min", k_min), ("k_max", k_max)):
+def _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed):
+    for name, k in (("k_min", k_min), ("k_max", k_max), ("lloyd_runs", lloyd_runs), ("seed", seed)):
         if isinstance(k, bool) or not isinstance(k, int):
             raise TypeError(f"{name} must be a Python int, got {k!r} ({type(k).__name__})")
+    if lloyd_runs < 0:
+        raise ValueError(f"lloyd_runs must be >= 0, got {lloyd_runs}")
     if k_min < 2:
         raise ValueError(f"k_min must be >= 2 (a silhouette needs two clusters), got k_min={k_min}")
     if k_max < k_min:
@@ -221,8 +270,9 @@ def _check_inputs(values, k_min, k_max, mask, max_table_elements):
     return x, valid, out_dtype
 
 
-def _chunked(fn, x, valid, max_table_elements, signature):
-    """Apply `fn(x_chunk, valid_chunk)` to row blocks small enough for one [rows, n, n] table."""
+def _chunked(fn, inputs, max_table_elements, signature):
+    """Apply `fn(x_chunk, valid_chunk, ...)` to row blocks small enough for one [rows, n, n] table."""
+    x = inputs[0]
     rows = tf.shape(x)[0]
     cols = tf.shape(x)[1]
     rows_per_chunk = tf.maximum(1, max_table_elements // tf.maximum(cols * cols, 1))
@@ -235,9 +285,11 @@ def _chunked(fn, x, valid, max_table_elements, signature):
     # Shapes are unknown when this is traced (one trace serves every shape), so even a single chunk
     # goes through map_fn: one iteration costs little, and a tf.cond around a direct call would
     # trace the whole solver twice.
-    xp = tf.reshape(tf.pad(x, [[0, pad], [0, 0]]), [num_chunks, chunk, cols])
-    vp = tf.reshape(tf.pad(valid, [[0, pad], [0, 0]]), [num_chunks, chunk, cols])
-    out = tf.map_fn(lambda xv: fn(xv[0], xv[1]), (xp, vp), fn_output_signature=signature)
+    def chunked(t):
+        t = tf.pad(t, tf.concat([[[0, pad]], tf.zeros([tf.rank(t) - 1, 2], tf.int32)], axis=0))
+        return tf.reshape(t, tf.concat([[num_chunks, chunk], tf.shape(t)[1:]], axis=0))
+
+    out = tf.map_fn(lambda parts: fn(*parts), tuple(chunked(t) for t in inputs), fn_output_signature=signature)
 
     def unchunk(t):
         t = tf.reshape(t, tf.concat([[num_chunks * chunk], tf.shape(t)[2:]], axis=0))
@@ -246,10 +298,11 @@ def _chunked(fn, x, valid, max_table_elements, signature):
     return tuple(unchunk(t) for t in out)
 
 
-def _solve(x, valid, k_min, k_max):
-    """All the work for one block of rows; x float64 [r, n], valid bool [r, n].
+def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
+    """All the work for one block of rows; x float64 [r, n], valid bool [r, n], draws float64
+    [r, K, lloyd_runs, _draws_per_run] uniform numbers for the Lloyd runs.
 
-    Returns (labels, k, silhouette, cand_labels, cand_sse, cand_silhouette, cand_eligible).
+    Returns (labels, k, silhouette, cand_labels, cand_sse, cand_silhouette, cand_eligible, optimal_sse).
     """
     r = tf.shape(x)[0]
     n = tf.shape(x)[1]
@@ -343,14 +396,37 @@ def _solve(x, valid, k_min, k_max):
     # one-element strided slice of a Pack wrongly (it drops the new axis).
     starts = tf.stack([tf.zeros_like(full)] + [run_start[c] for c in range(1, k_max)], axis=2)  # [r, K, k_max]
     ends = tf.stack([run_start[c] for c in range(1, k_max)] + [full], axis=2)
-    cand_runs = tf.add_n([tf.cast(pos[None, None, :] >= run_start[c][:, :, None], tf.int32)
-                          for c in range(1, k_max)])  # [r, K, n]
-    cand_sil = _silhouette(xs, s1, cand_runs, starts, ends, in_range, n_valid)  # [r, K]
-
     ks = tf.range(k_min, k_max + 1)
+    num_k = k_max - k_min + 1
     # Rounding can leave a zero SSE a hair below 0.
-    cand_sse = tf.maximum(tf.stack(sse[k_min - 1:], axis=1), 0.0)  # [r, K]
+    optimal_sse = tf.maximum(tf.stack(sse[k_min - 1:], axis=1), 0.0)  # [r, K]
     cand_eligible = ks[None, :] <= distinct[:, None]
+
+    # Every candidate clustering of a row is a set of runs of the sorted row: the exact optimum, then
+    # `lloyd_runs` Lloyd's results; the one with the highest silhouette is kept per k (the exact one
+    # on ties), so the kept SSE is the optimum or that of a Lloyd run (module docstring).
+    if lloyd_runs > 0:
+        l_starts, l_ends, l_ok = _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max)
+        starts = tf.concat([starts[:, :, None, :], l_starts], axis=2)  # [r, K, 1 + runs, k_max]
+        ends = tf.concat([ends[:, :, None, :], l_ends], axis=2)
+        usable = tf.concat([tf.ones_like(l_ok[:, :, :1]), l_ok], axis=2)
+    else:
+        starts, ends = starts[:, :, None, :], ends[:, :, None, :]
+        usable = tf.ones([r, num_k, 1], tf.bool)
+    per_k = 1 + lloyd_runs
+    flat_starts = tf.reshape(starts, [r, num_k * per_k, k_max])
+    flat_ends = tf.reshape(ends, [r, num_k * per_k, k_max])
+    flat_runs = tf.add_n([tf.cast(pos[None, None, :] >= flat_starts[:, :, c, None], tf.int32)
+                          for c in range(1, k_max)])  # [r, K * per_k, n]
+    all_sil = tf.reshape(_silhouette(xs, s1, flat_runs, flat_starts, flat_ends, in_range, n_valid),
+                         [r, num_k, per_k])
+    pick = tf.argmax(tf.where(usable, all_sil, -inf), axis=2, output_type=tf.int32)  # first: exact on ties
+    cand_sil = tf.gather(all_sil, pick, batch_dims=2)  # [r, K]
+    cand_runs = tf.gather(tf.reshape(flat_runs, [r, num_k, per_k, n]), pick, batch_dims=2)  # [r, K, n]
+    kept_starts = tf.gather(starts, pick, batch_dims=2)  # [r, K, k_max]
+    kept_ends = tf.gather(ends, pick, batch_dims=2)
+    cand_sse = tf.where(pick == 0, optimal_sse, tf.maximum(_runs_sse(s1, s2, kept_starts, kept_ends), 0.0))
+    cand_sse = tf.where(cand_eligible, cand_sse, inf)
 
     # Rows with fewer than k_min distinct values: one cluster per distinct value.  Points of a run
     # of equal values have a = 0 < b, so s = 1, and singletons have s = 0.
@@ -375,7 +451,190 @@ def _solve(x, valid, k_min, k_max):
     labels = tf.gather(tf.where(in_range, k[:, None] - run, 0), inverse, batch_dims=1)
     cand_labels = tf.where(in_range[:, None, :], ks[None, :, None] - cand_runs, 0)
     cand_labels = tf.gather(cand_labels, tf.tile(inverse[:, None, :], [1, k_max - k_min + 1, 1]), batch_dims=2)
-    return labels, k, silhouette, cand_labels, cand_sse, cand_sil, cand_eligible
+    return labels, k, silhouette, cand_labels, cand_sse, cand_sil, cand_eligible, optimal_sse
+
+
+def _runs_sse(s1, s2, starts, ends):
+    """Within-cluster sum of squares of runs [start, end) of the sorted row (prefix sums s1, s2)."""
+    r = tf.shape(s1)[0]
+
+    def prefix(table, at):
+        return tf.reshape(tf.gather(table, tf.reshape(at, [r, -1]), batch_dims=1), tf.shape(at))
+
+    size = tf.cast(tf.maximum(ends - starts, 1), tf.float64)
+    total = prefix(s1, ends) - prefix(s1, starts)
+    return tf.reduce_sum(prefix(s2, ends) - prefix(s2, starts) - total * total / size, axis=-1)
+
+
+def _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
+    """Lloyd's algorithm from greedy k-means++ seeds, `runs` times per row and k (module docstring).
+
+    xs [r, n] sorted (centred) values, s1/s2 [r, n+1] prefix sums of xs and xs^2.  Returns run
+    starts/ends [r, K, runs, k_max] (as for the exact candidates: run c is [start_c, end_c), runs
+    c >= k empty at n_valid) and ok [r, K, runs], False where a cluster ended empty (then the
+    result is not a k-cluster partition and is not used).
+    """
+    centres = _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max)
+    return _lloyd(xs, s1, in_range, n_valid, centres, k_min)
+
+
+def _searchers(xs, in_range, n_valid):
+    """(at, count) helpers on the sorted rows: `at(table, index)` reads table [r, m] at index
+    [r, ...]; `count(values, side)` is the number of valid x <= values ("right") or < ("left")."""
+    r = tf.shape(xs)[0]
+    searchable = tf.where(in_range, xs, tf.constant(float("inf"), tf.float64))  # sorted, +inf past n_valid
+
+    def at(table, index):
+        return tf.reshape(tf.gather(table, tf.reshape(index, [r, -1]), batch_dims=1), tf.shape(index))
+
+    def count(values, side):
+        found = tf.searchsorted(searchable, tf.reshape(values, [r, -1]), side=side, out_type=tf.int32)
+        return tf.minimum(tf.reshape(found, tf.shape(values)), tf.reshape(n_valid, [-1] + [1] * (values.shape.rank - 1)))
+
+    return at, count
+
+
+def _draws_per_run(k_min: int, k_max: int) -> int:
+    """Uniform numbers one k-means++ seeding uses: the first centre, then the trials of each next one."""
+    return 1 + (k_max - 1) * _max_trials(k_min, k_max)
+
+
+def _max_trials(k_min: int, k_max: int) -> int:
+    return max(2 + int(math.log(k)) for k in range(k_min, k_max + 1))
+
+
+def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
+    """Greedy k-means++ seeds for each row, k and run: centres [r, K, runs, k_max], ascending, +inf
+    for the clusters c >= k (which then own no value, so every k is handled in the same tensors).
+
+    As scikit-learn's `_kmeans_plusplus` (Arthur & Vassilvitskii 2007, with 2 + floor(ln k) local
+    trials per new centre): the first centre uniform over the values, each next one the best (lowest
+    potential, sum of D^2) of the trials drawn with probability proportional to D^2, the squared
+    distance to the nearest centre so far.  `draws` [r, K, runs, _draws_per_run] holds the uniform
+    numbers: draws[..., 0] picks the first centre, the next `max_trials` the trials of centre 1, ...
+    """
+    ks = list(range(k_min, k_max + 1))
+    num_k = len(ks)
+    inf = tf.constant(float("inf"), tf.float64)
+    x = xs[:, None, None, :]  # [r, 1, 1, n]
+    valid = in_range[:, None, None, :]
+    n_end = n_valid[:, None, None, None]
+    r, n = tf.shape(xs)[0], tf.shape(xs)[1]
+    at, count = _searchers(xs, in_range, n_valid)
+    prefix_moments = tf.stack([s1, s2], axis=2)  # [r, n + 1, 2]
+    trials = [2 + int(math.log(k)) for k in ks]
+    max_trials = _max_trials(k_min, k_max)
+    trial_ok = tf.constant([[t < trials[i] for t in range(max_trials)] for i in range(num_k)])[None, :, None, :]
+
+    first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None, None])
+    first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None, None] - 1)
+    centres = [at(xs, first[..., None])[..., 0]]
+    closest = tf.where(valid, tf.square(x - centres[0][..., None]), 0.0)  # D^2 [r, K, runs, n]
+    for c in range(1, k_max):
+        cumulative = tf.cumsum(closest, axis=3)
+        potential = cumulative[..., -1]
+        u = draws[..., 1 + (c - 1) * max_trials:1 + c * max_trials]  # [r, K, runs, T]
+        # Inverse-CDF draw, as numpy.searchsorted(cumsum(D^2), u * potential) does.
+        index = tf.searchsorted(tf.reshape(cumulative, [-1, n]),
+                                tf.reshape(u * potential[..., None], [-1, max_trials]), side="left",
+                                out_type=tf.int32)
+        index = tf.minimum(tf.reshape(index, tf.shape(u)), tf.maximum(n_end, 1) - 1)
+        value = at(xs, index)  # [r, K, runs, T]
+        # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
+        # between the midpoints to the nearest centres below and above it.  Its potential is the
+        # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
+        chosen = tf.stack(centres, axis=3)[..., None, :]  # [r, K, runs, 1, c]
+        v = value[..., None]
+        below = tf.reduce_max(tf.where(chosen < v, chosen, -inf), axis=4)
+        above = tf.reduce_min(tf.where(chosen > v, chosen, inf), axis=4)
+        duplicate = tf.reduce_any(tf.equal(chosen, v), axis=4)  # a centre already there: no change
+        # The cell's ends in sorted positions (values on a midpoint are as near v as their centre:
+        # either side gives the same potential), then the three prefix sums at both ends at once.
+        ends = count(0.5 * (tf.stack([below, above], axis=-1) + v), "right")  # [r, K, runs, T, 2]
+        ends = tf.stack([ends[..., 0], tf.maximum(ends[..., 1], ends[..., 0])], axis=-1)
+        moments = tf.reshape(tf.gather(prefix_moments, tf.reshape(ends, [r, -1]), batch_dims=1),
+                             tf.concat([tf.shape(ends), [2]], axis=0))  # [.., T, 2 ends, (S1, S2)]
+        prefix_closest = tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=3)
+        closest_at = tf.reshape(tf.gather(tf.reshape(prefix_closest, [-1, n + 1]), tf.reshape(ends, [-1, 2 * max_trials]),
+                                          batch_dims=1), tf.shape(ends))
+        cell = tf.cast(ends[..., 1] - ends[..., 0], tf.float64)
+        sum_x = moments[..., 1, 0] - moments[..., 0, 0]
+        sum_x2 = moments[..., 1, 1] - moments[..., 0, 1]
+        gain = closest_at[..., 1] - closest_at[..., 0] - (sum_x2 - 2.0 * value * sum_x + value * value * cell)
+        trial_potential = tf.where(trial_ok, potential[..., None] - tf.where(tf.logical_not(duplicate), gain, 0.0), inf)
+        best = tf.argmin(trial_potential, axis=3, output_type=tf.int32)
+        best_value = tf.gather(value, best, batch_dims=3)
+        active = tf.constant([c < k for k in ks])[None, :, None]  # k-clusterings that need centre c
+        closest = tf.where(active[..., None],
+                           tf.minimum(closest, tf.where(valid, tf.square(x - best_value[..., None]), 0.0)), closest)
+        centres.append(tf.where(active, best_value, inf))
+    return tf.sort(tf.stack(centres, axis=3), axis=3)  # +inf last
+
+
+def _lloyd(xs, s1, in_range, n_valid, centres, k_min):
+    """Lloyd's algorithm from `centres` [r, K, runs, k_max] (ascending, +inf for unused clusters);
+    returns (starts, ends, ok) as `_lloyd_candidates`.
+
+    As scikit-learn's `_kmeans_single_lloyd`: assign every value to its nearest centre, move each
+    centre to its cluster's mean; stop when the assignment repeats or the centres moved less than
+    tol = 1e-4 * var(row) in total (squared), then assign once more.  In 1-D the nearest centre is
+    found by binary search of the midpoints between sorted centres (a value on a midpoint joins the
+    lower cluster), and a cluster's mean comes from two prefix sums.  Finished problems are frozen.
+    Unlike scikit-learn, a cluster that empties is not relocated: the result is marked not ok.
+    """
+    r = tf.shape(xs)[0]
+    k_max = centres.shape[3]
+    ks = list(range(k_min, k_min + centres.shape[1]))
+    inf = tf.constant(float("inf"), tf.float64)
+    n_end = n_valid[:, None, None, None]
+    _, count = _searchers(xs, in_range, n_valid)
+    used = tf.constant([[c < k for c in range(k_max)] for k in ks])[None, :, None, :]  # cluster c of k
+
+    def assign(centres):  # -> cuts [r, K, runs, k_max - 1]: start of each cluster c >= 1
+        return count(0.5 * (centres[..., :-1] + centres[..., 1:]), "right")  # +inf midpoints: n_valid
+
+    def bounds(cuts):
+        zero = tf.zeros_like(cuts[..., :1])
+        return tf.concat([zero, cuts], axis=3), tf.concat([cuts, tf.broadcast_to(n_end, tf.shape(zero))], axis=3)
+
+    def means(cuts):  # -> cluster means (+inf for clusters c >= k) and sizes [r, K, runs, k_max]
+        every = tf.concat([tf.zeros_like(cuts[..., :1]), cuts, tf.broadcast_to(n_end, tf.shape(cuts[..., :1]))], 3)
+        sums = tf.reshape(tf.gather(s1, tf.reshape(every, [r, -1]), batch_dims=1), tf.shape(every))
+        size = every[..., 1:] - every[..., :-1]
+        mean = (sums[..., 1:] - sums[..., :-1]) / tf.cast(tf.maximum(size, 1), tf.float64)
+        return tf.where(used, mean, inf), size
+
+    variance = tf.reduce_sum(tf.square(xs), axis=1) / tf.cast(tf.maximum(n_valid, 1), tf.float64)  # xs is centred
+    tol = 1e-4 * variance[:, None, None]
+
+    def body(i, centres, previous, active, emptied):
+        cuts = assign(centres)
+        new, size = means(cuts)
+        empty = tf.reduce_any(tf.logical_and(used, size == 0), axis=3)
+        shift = tf.reduce_sum(tf.where(used, tf.square(new - centres), 0.0), axis=3)
+        same = tf.reduce_all(tf.equal(cuts, previous), axis=3)
+        done = tf.logical_or(tf.logical_or(same, shift <= tol), empty)
+        centres = tf.where(active[..., None], new, centres)
+        previous = tf.where(active[..., None], cuts, previous)
+        emptied = tf.logical_or(emptied, tf.logical_and(active, empty))
+        return i + 1, centres, previous, tf.logical_and(active, tf.logical_not(done)), emptied
+
+    def unrolled(*state):
+        # Several iterations per trip of the loop: an XLA loop trip costs more than one iteration's
+        # few small kernels (frozen problems just stay put, so extra iterations change nothing).
+        for _ in range(_LLOYD_UNROLL):
+            state = body(*state)
+        return state
+
+    start = tf.fill(tf.shape(centres[..., 1:]), -1)  # no previous assignment
+    everything = tf.ones(tf.shape(centres)[:3], tf.bool)
+    _, centres, _, _, emptied = tf.while_loop(
+        lambda i, c, p, active, e: tf.logical_and(i < _LLOYD_MAX_ITER, tf.reduce_any(active)),
+        unrolled, (tf.constant(0), centres, start, everything, tf.logical_not(everything)))
+    starts, ends = bounds(assign(centres))
+    ok = tf.logical_and(tf.logical_not(emptied),
+                        tf.reduce_all(tf.logical_or(tf.logical_not(used), ends > starts), axis=3))
+    return starts, ends, ok
 
 
 def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
@@ -394,7 +653,10 @@ def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
     def prefix_at(at):
         return tf.reshape(tf.gather(s1, tf.reshape(at, [r, -1]), batch_dims=1), tf.shape(at))
 
-    s1_p, s1_s, s1_e = prefix_at(p), prefix_at(s), prefix_at(e)
+    # S(p) without a gather per (point, run): p is s before the run, e after it, t inside it.
+    s1_s, s1_e = prefix_at(s), prefix_at(e)
+    s1_t = s1[:, None, :-1, None]
+    s1_p = tf.where(t < s, s1_s, tf.where(t > e, s1_e, s1_t))
     x = xs[:, None, :, None]
     pf, sf, ef = (tf.cast(v, tf.float64) for v in (p, s, e))
     dist_sum = x * (pf - sf) - (s1_p - s1_s) + (s1_e - s1_p) - x * (ef - pf)  # [r, K, n, C]
