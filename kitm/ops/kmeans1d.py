@@ -454,16 +454,16 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     return labels, k, silhouette, cand_labels, cand_sse, cand_sil, cand_eligible, optimal_sse
 
 
+def _at(table, index):
+    """table [r, m] read at index [r, ...] (each row of index into its own row of table)."""
+    return tf.reshape(tf.gather(table, tf.reshape(index, [tf.shape(table)[0], -1]), batch_dims=1), tf.shape(index))
+
+
 def _runs_sse(s1, s2, starts, ends):
     """Within-cluster sum of squares of runs [start, end) of the sorted row (prefix sums s1, s2)."""
-    r = tf.shape(s1)[0]
-
-    def prefix(table, at):
-        return tf.reshape(tf.gather(table, tf.reshape(at, [r, -1]), batch_dims=1), tf.shape(at))
-
     size = tf.cast(tf.maximum(ends - starts, 1), tf.float64)
-    total = prefix(s1, ends) - prefix(s1, starts)
-    return tf.reduce_sum(prefix(s2, ends) - prefix(s2, starts) - total * total / size, axis=-1)
+    total = _at(s1, ends) - _at(s1, starts)
+    return tf.reduce_sum(_at(s2, ends) - _at(s2, starts) - total * total / size, axis=-1)
 
 
 def _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
@@ -478,20 +478,18 @@ def _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     return _lloyd(xs, s1, in_range, n_valid, centres, k_min)
 
 
-def _searchers(xs, in_range, n_valid):
-    """(at, count) helpers on the sorted rows: `at(table, index)` reads table [r, m] at index
-    [r, ...]; `count(values, side)` is the number of valid x <= values ("right") or < ("left")."""
+def _counter(xs, in_range, n_valid):
+    """`count(values [r, ...], side)`: per row, the number of valid sorted x <= values ("right") or
+    < values ("left"), i.e. the sorted position where a cut at that value falls."""
     r = tf.shape(xs)[0]
     searchable = tf.where(in_range, xs, tf.constant(float("inf"), tf.float64))  # sorted, +inf past n_valid
 
-    def at(table, index):
-        return tf.reshape(tf.gather(table, tf.reshape(index, [r, -1]), batch_dims=1), tf.shape(index))
-
     def count(values, side):
         found = tf.searchsorted(searchable, tf.reshape(values, [r, -1]), side=side, out_type=tf.int32)
-        return tf.minimum(tf.reshape(found, tf.shape(values)), tf.reshape(n_valid, [-1] + [1] * (values.shape.rank - 1)))
+        limit = tf.reshape(n_valid, [-1] + [1] * (values.shape.rank - 1))
+        return tf.minimum(tf.reshape(found, tf.shape(values)), limit)
 
-    return at, count
+    return count
 
 
 def _draws_per_run(k_min: int, k_max: int) -> int:
@@ -520,7 +518,7 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     valid = in_range[:, None, None, :]
     n_end = n_valid[:, None, None, None]
     r, n = tf.shape(xs)[0], tf.shape(xs)[1]
-    at, count = _searchers(xs, in_range, n_valid)
+    count = _counter(xs, in_range, n_valid)
     prefix_moments = tf.stack([s1, s2], axis=2)  # [r, n + 1, 2]
     trials = [2 + int(math.log(k)) for k in ks]
     max_trials = _max_trials(k_min, k_max)
@@ -528,7 +526,7 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
 
     first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None, None])
     first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None, None] - 1)
-    centres = [at(xs, first[..., None])[..., 0]]
+    centres = [_at(xs, first[..., None])[..., 0]]
     closest = tf.where(valid, tf.square(x - centres[0][..., None]), 0.0)  # D^2 [r, K, runs, n]
     for c in range(1, k_max):
         cumulative = tf.cumsum(closest, axis=3)
@@ -539,7 +537,7 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
                                 tf.reshape(u * potential[..., None], [-1, max_trials]), side="left",
                                 out_type=tf.int32)
         index = tf.minimum(tf.reshape(index, tf.shape(u)), tf.maximum(n_end, 1) - 1)
-        value = at(xs, index)  # [r, K, runs, T]
+        value = _at(xs, index)  # [r, K, runs, T]
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
         # between the midpoints to the nearest centres below and above it.  Its potential is the
         # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
@@ -554,9 +552,8 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
         ends = tf.stack([ends[..., 0], tf.maximum(ends[..., 1], ends[..., 0])], axis=-1)
         moments = tf.reshape(tf.gather(prefix_moments, tf.reshape(ends, [r, -1]), batch_dims=1),
                              tf.concat([tf.shape(ends), [2]], axis=0))  # [.., T, 2 ends, (S1, S2)]
-        prefix_closest = tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=3)
-        closest_at = tf.reshape(tf.gather(tf.reshape(prefix_closest, [-1, n + 1]), tf.reshape(ends, [-1, 2 * max_trials]),
-                                          batch_dims=1), tf.shape(ends))
+        prefix_closest = tf.reshape(tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=3), [-1, n + 1])
+        closest_at = tf.reshape(_at(prefix_closest, tf.reshape(ends, [-1, 2 * max_trials])), tf.shape(ends))
         cell = tf.cast(ends[..., 1] - ends[..., 0], tf.float64)
         sum_x = moments[..., 1, 0] - moments[..., 0, 0]
         sum_x2 = moments[..., 1, 1] - moments[..., 0, 1]
@@ -582,12 +579,11 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min):
     lower cluster), and a cluster's mean comes from two prefix sums.  Finished problems are frozen.
     Unlike scikit-learn, a cluster that empties is not relocated: the result is marked not ok.
     """
-    r = tf.shape(xs)[0]
     k_max = centres.shape[3]
     ks = list(range(k_min, k_min + centres.shape[1]))
     inf = tf.constant(float("inf"), tf.float64)
     n_end = n_valid[:, None, None, None]
-    _, count = _searchers(xs, in_range, n_valid)
+    count = _counter(xs, in_range, n_valid)
     used = tf.constant([[c < k for c in range(k_max)] for k in ks])[None, :, None, :]  # cluster c of k
 
     def assign(centres):  # -> cuts [r, K, runs, k_max - 1]: start of each cluster c >= 1
@@ -599,7 +595,7 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min):
 
     def means(cuts):  # -> cluster means (+inf for clusters c >= k) and sizes [r, K, runs, k_max]
         every = tf.concat([tf.zeros_like(cuts[..., :1]), cuts, tf.broadcast_to(n_end, tf.shape(cuts[..., :1]))], 3)
-        sums = tf.reshape(tf.gather(s1, tf.reshape(every, [r, -1]), batch_dims=1), tf.shape(every))
+        sums = _at(s1, every)
         size = every[..., 1:] - every[..., :-1]
         mean = (sums[..., 1:] - sums[..., :-1]) / tf.cast(tf.maximum(size, 1), tf.float64)
         return tf.where(used, mean, inf), size
@@ -650,11 +646,8 @@ def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
     s, e = starts[:, :, None, :], ends[:, :, None, :]  # [r, K, 1, C]
     p = tf.minimum(tf.maximum(t, s), e)  # points of the run before p are <= x_t, from p on >= x_t
 
-    def prefix_at(at):
-        return tf.reshape(tf.gather(s1, tf.reshape(at, [r, -1]), batch_dims=1), tf.shape(at))
-
     # S(p) without a gather per (point, run): p is s before the run, e after it, t inside it.
-    s1_s, s1_e = prefix_at(s), prefix_at(e)
+    s1_s, s1_e = _at(s1, s), _at(s1, e)
     s1_t = s1[:, None, :-1, None]
     s1_p = tf.where(t < s, s1_s, tf.where(t > e, s1_e, s1_t))
     x = xs[:, None, :, None]
