@@ -81,6 +81,9 @@ flags.DEFINE_list("ladder_thresholds", ["0.40"], "Fixed ladder: relevance thresh
 flags.DEFINE_list("ladder_margins", ["0.2", "0.01"], "Fixed ladder: one margin per level (thresholds + 1).")
 flags.DEFINE_list("ladder_betas", ["1.0", "0.25"], "Fixed ladder: one weight per level (thresholds + 1).")
 flags.DEFINE_list("ladder_level_bounds", ["2", "4"], "Adaptive ladder: (L_min, L_max) for the k-means levels.")
+flags.DEFINE_integer("ladder_lloyd_runs", 1, "Adaptive ladder and ladder re-clustering: Lloyd runs from k-means++ "
+                     "seeds scored beside the exact 1-D k-means optimum, per query and k; the higher silhouette is "
+                     "kept (kitm.ops.auto_kmeans_1d; 0: the exact optimum only).", lower_bound=0)
 flags.DEFINE_integer("ladder_recluster_every", 0, "Fixed ladder: every this many batches re-derive the thresholds "
                      "from the relevance values seen since (1-D k-means + silhouette; 0: keep them fixed).",
                      lower_bound=0)
@@ -433,7 +436,7 @@ def _build_loss(name: str):
         return LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"), _floats("ladder_betas"))
     if name == "ladder_adaptive":
         bounds = [int(value) for value in _floats("ladder_level_bounds")]
-        return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin)
+        return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin, lloyd_runs=FLAGS.ladder_lloyd_runs)
     if name == "angular":
         return AngularLoss(FLAGS.angle_degrees)
     if name == "centers":
@@ -686,6 +689,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
 
         # Before TensorBoard, which then writes the thresholds and level counts it puts into the epoch logs.
         callbacks.append(LadderReclusterCallback(every_batches=FLAGS.ladder_recluster_every,
+                                                 lloyd_runs=FLAGS.ladder_lloyd_runs,
                                                  log_dir=str(run_dir / "logs" / "ladder")))
     callbacks += [
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),

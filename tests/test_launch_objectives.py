@@ -34,6 +34,9 @@ def test_each_loss_flag_builds_its_objective(parse):
     assert isinstance(ladder, LadderLoss) and list(ladder.thresholds) == [0.6, 0.3]
     adaptive = parse("--loss=ladder_adaptive", "--relevance=truth", "--ladder_level_bounds=2,5")["ladder"]
     assert isinstance(adaptive, AdaptiveLadderLoss) and tuple(adaptive.level_bounds) == (2, 5)
+    assert adaptive.lloyd_runs == 1
+    exact = parse("--loss=ladder_adaptive", "--relevance=truth", "--ladder_lloyd_runs=0")["ladder"]
+    assert exact.lloyd_runs == 0
     assert isinstance(parse("--loss=angular", "--angle_degrees=40")["angular"], AngularLoss)
 
 
