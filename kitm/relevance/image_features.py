@@ -248,8 +248,18 @@ class ImageFeatureExtractor:
             from kitm.layers.image_encoders import ResNetEncoder
 
             options = self.options
-            encoder = ResNetEncoder(depth=int(options.backbone[6:]), image_size=options.image_size,
-                                    weights=options.weights, trainable_backbone=False, name="image_neighbor_backbone")
+            try:
+                encoder = ResNetEncoder(depth=int(options.backbone[6:]), image_size=options.image_size,
+                                        weights=options.weights, trainable_backbone=False,
+                                        name="image_neighbor_backbone")
+            except Exception as error:  # Keras reports a failed download or a foreign file as a bare Exception
+                if options.weights is None:
+                    raise
+                raise KitmDataError(
+                    f"--image_neighbors=backbone: the {options.backbone} weights '{options.weights}' could not be "
+                    f"loaded ({error}). Keras looks for the ImageNet weights in ~/.keras/models and downloads them "
+                    "there otherwise; on a machine without internet copy the file there, or pass "
+                    "--image_neighbors_weights=<weights file>.") from error
             self._encode = tf.function(lambda images: encoder(images, training=False), reduce_retracing=True)
         return self._encode
 
