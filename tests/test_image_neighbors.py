@@ -243,6 +243,11 @@ def test_backbone_space_and_bad_combinations_through_the_build_command(tmp_path,
     cached = np.load(out / ".cache" / f"image-{options.tag()}-train" / "000000000-000000004.npy")
     caption_ids, found, _ = _slot(out, "train")
     np.testing.assert_array_equal(found, oracle_rows(cached, caption_ids, 1)[0])
+    (tmp_path / "junk.weights.h5").write_bytes(b"not weights")
+    junk = ImageFeatureExtractor(ImageNeighborOptions("backbone", weights=str(tmp_path / "junk.weights.h5"),
+                                                      image_size=32))
+    with pytest.raises(KitmDataError, match="junk.weights.h5' could not be loaded.*--image_neighbors_weights"):
+        junk(PixelArrays(np.zeros((1, 32, 32, 3), np.uint8)), 0, 1)
 
     assert main(["--dataset=karpathy", *common, f"--images={folder / 'images'}", f"--out={tmp_path / 'f'}",
                  "--image_neighbors=features"]) == 2
