@@ -338,7 +338,8 @@ def check_flags_against_data(info) -> None:
             if slot == "truth":
                 hint = "the synthetic world's facts exist only in synthetic datasets"
             elif slot == "image_neighbors":
-                hint = (f"rebuild it with the image-space neighbour rows:\n  "
+                hint = (f"rebuild it with the image-space neighbour rows (after deleting {FLAGS.data_dir}, or into "
+                        "a new folder given as --out and --data_dir):\n  "
                         f"{build_command(FLAGS.data_dir, info.image_mode)}\n"
                         "(--image_neighbors=backbone: a frozen ImageNet ResNet-50 on the images; pixels: "
                         "downsampled pixels, no weights; features: a precomputed-feature dataset's own vectors)")
