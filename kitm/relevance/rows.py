@@ -15,8 +15,8 @@ For a dataset whose splits hold images with C captions each (in record order), `
   layout, with neighbours found in an image feature space instead (seed 004's "Img NNs" variant;
   `kitm.relevance.image_features` describes the spaces). Each image's k nearest *other* images of the split by
   cosine, NN_k(i) (ties by record order, as `nearest_neighbors`); caption c of image i then lists caption c of
-  each j in NN_k(i), with score cos(i, j). Any caption of j makes (x_j, y_j) a pair whose image neighbours x_i;
-  taking the same caption slot keeps the caption relation exactly as symmetric as the image relation (caption
+  each j in NN_k(i), with score cos(i, j). Every caption of image j pairs with x_j, a neighbour of x_i, so any
+  of them could serve; taking the same caption slot keeps the caption relation exactly as symmetric as the image relation (caption
   (i, c) and (j, c) are mutual neighbours iff images i and j are), which the mutual partner draw of
   `kitm.data.neighbor_batching` relies on.
 
