@@ -7,9 +7,11 @@ i) in the same batch. The script reads a built dataset's neighbour rows (no imag
 * paired batches, partner drawn uniformly among all k neighbours;
 * paired batches, partner drawn among mutual neighbours when there are any (kitm's default);
 
-plus the time to plan one batch. Target: at least 90% with the default.
+plus the time to plan one batch. Target: at least 90% with the default. `--space image` reads the image-space
+neighbour rows instead (seed 004's "Img NNs" variant; a dataset built with --image_neighbors).
 
     python benchmarks/bench_neighbor_batching.py --data_dir /tmp/f8k_captions [--batch 128] [--batches 200]
+    python benchmarks/bench_neighbor_batching.py --data_dir /tmp/synthetic_imgnn --space image
 """
 
 from __future__ import annotations
@@ -44,12 +46,15 @@ def main() -> None:
     parser.add_argument("--split", default="train")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--space", choices=("text", "image"), default="text",
+                        help="neighbour rows: text (neighbors slot) or image (image_neighbors slot)")
     args = parser.parse_args()
     info = schema.load_info(args.data_dir)
     started = time.perf_counter()
-    _, _, positions = neighbor_table(info, args.data_dir, args.split)
+    _, _, positions = neighbor_table(info, args.data_dir, args.split, args.space)
     mutual = mutual_mask(positions)
-    print(f"{args.data_dir} {args.split}: {len(positions)} captions, k = {positions.shape[1]}; neighbour table read "
+    print(f"{args.data_dir} {args.split} ({args.space} space): {len(positions)} captions, k = {positions.shape[1]}; "
+          "neighbour table read "
           f"in {time.perf_counter() - started:.1f} s; {mutual.any(axis=1).mean():.1%} of captions have a mutual "
           f"neighbour; load average {os.getloadavg()[0]:.1f}")
     print(f"random batches of {args.batch}:            {random_batch_coverage(positions, args.batch, args.batches):.1%}")

@@ -97,6 +97,11 @@ flags.DEFINE_float("neighborhood_beta", None, "Weight of the image-neighbour ter
 flags.DEFINE_enum("neighbor_draw", "mutual", ["mutual", "uniform"],
                   "Neighbour-aware batching: draw a seed's partner among its mutual neighbours when it has any "
                   "(mutual) or among all its k neighbours (uniform).")
+flags.DEFINE_enum("neighbor_space", "text", ["text", "image"],
+                  "Neighbourhood loss: where each pair's neighbours were found: text (the records' neighbors rows, "
+                  "sentence-embedding space; seed 004's main method) or image (the records' image_neighbors rows, "
+                  "an image feature space; seed 004's 'Img NNs' variant, built with python -m kitm.data.build "
+                  "--image_neighbors=backbone|pixels|features).")
 flags.DEFINE_list("center_phase_epochs", ["30", "15", "10"],
                   "--loss=centers (seed 003): epochs of its three phases, 1 unquantized centres, 2 the quantizer alone "
                   "(model frozen), 3 end to end with adaptive margins; 0 skips a phase. Replaces --epochs.")
@@ -237,19 +242,53 @@ def make_strategy():
 
 
 def synthetic_relevance_rows() -> list[str]:
-    """The relevance rows a synthetic world built for these flags carries (CIDEr-D always: it is cheap)."""
-    rows = {"cider", *required_relevance_slots()} - {"truth"}
+    """The caption relevance rows a synthetic world built for these flags carries (CIDEr-D always: it is cheap)."""
+    rows = {"cider", *required_relevance_slots()} - {"truth", "image_neighbors"}
     if "neighbors" in rows:
         rows.add("sbert")  # the neighbours are found in that space; keep it for --relevance=sbert too
     return sorted(rows)
 
 
+# The image space of the image_neighbors rows of a synthetic world built by the launcher: its scenes are flat
+# shapes, near in pixel space exactly when alike (kitm.relevance.image_features), and it needs no weights.
+SYNTHETIC_IMAGE_NEIGHBORS = "pixels"
+
+
+def synthetic_image_neighbors() -> str:
+    """The --image_neighbors space of a synthetic world built for these flags ("none" without the Img NNs)."""
+    return SYNTHETIC_IMAGE_NEIGHBORS if "image_neighbors" in required_relevance_slots() else "none"
+
+
 def default_data_dir() -> str:
-    """tfrecords/<dataset>; a synthetic world with sentence-embedding rows gets its own folder, so the
-    quick default world (CIDEr-D rows only) is never rebuilt in place."""
-    if FLAGS.dataset == "synthetic" and synthetic_relevance_rows() != ["cider"]:
-        return "tfrecords/synthetic_" + "_".join(row for row in synthetic_relevance_rows() if row != "cider")
+    """tfrecords/<dataset>; a synthetic world with sentence-embedding or image-neighbour rows gets its own folder,
+    so the quick default world (CIDEr-D rows only) is never rebuilt in place."""
+    parts = [row for row in synthetic_relevance_rows() if row != "cider"]
+    if synthetic_image_neighbors() != "none":
+        parts.append("image_neighbors")
+    if FLAGS.dataset == "synthetic" and parts:
+        return "tfrecords/synthetic_" + "_".join(parts)
     return f"tfrecords/{FLAGS.dataset}"
+
+
+def build_command(data_dir, image_mode: str | None = None) -> str:
+    """The command that builds --dataset into `data_dir` with the rows these flags need; `image_mode` (of the
+    records there, when known) picks the image space of --neighbor_space=image."""
+    if FLAGS.dataset == "synthetic":
+        command = (f"python -m kitm.data.build --dataset=synthetic --out={{data_dir}} "
+                   f"--num_scenes={FLAGS.synthetic_num_scenes} --seed={FLAGS.seed} --image_size={FLAGS.image_size} "
+                   f"--relevance={','.join(synthetic_relevance_rows())}")
+    else:
+        command = BUILD_COMMANDS.get(FLAGS.dataset, "python -m kitm.data.build --dataset=karpathy "
+                                     "--karpathy_json=<split json> --images=<image folder> --out={data_dir}")
+    if "image_neighbors" in required_relevance_slots():
+        if image_mode in ("feature", "regions") or (image_mode is None and FLAGS.dataset.endswith("_precomp")):
+            space = "features"  # the stored vectors
+        elif FLAGS.dataset == "synthetic":
+            space = SYNTHETIC_IMAGE_NEIGHBORS
+        else:
+            space = "backbone --image_neighbors_weights=imagenet"
+        command += f" --image_neighbors={space}"
+    return command.format(data_dir=data_dir)
 
 
 def ensure_dataset(data_dir: pathlib.Path):
@@ -264,17 +303,17 @@ def ensure_dataset(data_dir: pathlib.Path):
                               "--strategy=default --epochs=1, so that the workers do not all write it at once.")
         if FLAGS.dataset == "synthetic":
             from kitm.data.synthetic_records import build_synthetic
+            from kitm.relevance.image_features import ImageNeighborOptions
 
             print(f"Building the synthetic world into {data_dir} ({FLAGS.synthetic_num_scenes} scenes).")
             rows = synthetic_relevance_rows()
             build_synthetic(data_dir, num_scenes=FLAGS.synthetic_num_scenes, seed=FLAGS.seed,
-                            image_size=FLAGS.image_size, progress=FLAGS.progress, relevance=rows)
+                            image_size=FLAGS.image_size, progress=FLAGS.progress, relevance=rows,
+                            image_neighbors=ImageNeighborOptions(synthetic_image_neighbors()))
         else:
-            command = BUILD_COMMANDS.get(FLAGS.dataset, "python -m kitm.data.build --dataset=karpathy "
-                                         "--karpathy_json=<split json> --images=<image folder> --out={data_dir}")
             raise LaunchError(
                 f"Dataset '{FLAGS.dataset}' is not built: {data_dir / schema.INFO_FILE} and its shards are missing.\n"
-                f"Build it with:\n  {command.format(data_dir=data_dir)}")
+                f"Build it with:\n  {build_command(data_dir)}")
     try:
         return schema.load_info(data_dir)
     except KitmDataError as error:
@@ -296,10 +335,22 @@ def check_flags_against_data(info) -> None:
                           f"slots {sorted(info.relevance) or 'none'}.")
     for slot in required_relevance_slots():
         if slot not in info.relevance:
-            needed_by = f"--relevance={slot}" if slot != "neighbors" else "--loss=neighborhood (neighbour rows)"
-            hint = ("the synthetic world's facts exist only in synthetic datasets" if slot == "truth" else
-                    f"rebuild it with python -m kitm.data.build ... --relevance={slot} (or include {slot} in the "
-                    "list); a synthetic world built by the launcher is rebuilt if you delete its folder")
+            needed_by = {"neighbors": "--loss=neighborhood (neighbour rows)",
+                         "image_neighbors": "--loss=neighborhood --neighbor_space=image (seed 004's Img NNs)"}.get(
+                             slot, f"--relevance={slot}")
+            if slot == "truth":
+                hint = "the synthetic world's facts exist only in synthetic datasets"
+            elif slot == "image_neighbors":
+                hint = (f"rebuild it with the image-space neighbour rows (after deleting {FLAGS.data_dir}, or into "
+                        "a new folder given as --out and --data_dir):\n  "
+                        f"{build_command(FLAGS.data_dir, info.image_mode)}\n"
+                        "(--image_neighbors=backbone: a frozen ImageNet ResNet-50 on the images; pixels: "
+                        "downsampled pixels, no weights; features: a precomputed-feature dataset's own vectors)")
+            else:
+                hint = (f"rebuild it with python -m kitm.data.build ... --relevance={slot} (or include {slot} in the "
+                        "list)")
+            if slot != "truth" and FLAGS.dataset == "synthetic":
+                hint += "; a synthetic world built by the launcher is rebuilt if you delete its folder"
             raise LaunchError(f"{needed_by} needs the '{slot}' relevance rows; {FLAGS.data_dir} has relevance "
                               f"slots {sorted(info.relevance) or 'none'}: {hint}.")
     if info.image_mode == "none":
@@ -413,9 +464,11 @@ def uses_neighbor_batching() -> bool:
 
 
 def required_relevance_slots() -> list[str]:
-    """The relevance rows the flags need in the records."""
+    """The relevance rows the flags need in the records (the neighbour slot of --neighbor_space)."""
+    from kitm.data.schema import NEIGHBOR_SLOTS
+
     slots = [] if FLAGS.relevance == "none" else [FLAGS.relevance]
-    return slots + (["neighbors"] if uses_neighbor_batching() else [])
+    return slots + ([NEIGHBOR_SLOTS[FLAGS.neighbor_space][0]] if uses_neighbor_batching() else [])
 
 
 def _build_loss(name: str):
@@ -442,7 +495,8 @@ def _build_loss(name: str):
     if name == "centers":
         raise LaunchError("--loss=centers is built and trained phase by phase by kitm.training.center_phases.")
     return NeighborhoodAngularLoss(FLAGS.neighborhood_alpha, FLAGS.neighborhood_beta, base=FLAGS.neighborhood_base,
-                                   angle_degrees=FLAGS.angle_degrees, margin=FLAGS.margin)
+                                   angle_degrees=FLAGS.angle_degrees, margin=FLAGS.margin,
+                                   neighbor_space=FLAGS.neighbor_space)
 
 
 def build_objective() -> tuple[dict, dict]:
@@ -612,7 +666,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         relevance=FLAGS.relevance, crop_area=(FLAGS.crop_area_min, 1.0), flip=FLAGS.flip,
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
         cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
-        neighbor_draw=FLAGS.neighbor_draw, test_crops=FLAGS.test_crops)
+        neighbor_draw=FLAGS.neighbor_draw, neighbor_space=FLAGS.neighbor_space, test_crops=FLAGS.test_crops)
     centers = uses_center_phases()
     if centers:  # seed 003: the objective is trained in three phases, each its own fit
         from kitm.training.center_phases import CenterPhaseTrainer, training_image_index

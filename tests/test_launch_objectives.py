@@ -100,7 +100,8 @@ def test_dataset_defaults_fill_only_flags_nobody_set():
 
 @pytest.mark.parametrize("flagfile, keys", [("sam.flags", ["sam"]), ("ladder.flags", ["ladder"]),
                                             ("ladder_adaptive.flags", ["ladder"]),
-                                            ("neighborhoods.flags", ["neighborhood"])])
+                                            ("neighborhoods.flags", ["neighborhood"]),
+                                            ("neighborhoods_imgnns.flags", ["neighborhood"])])
 def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfile, keys):
     FLAGS.unparse_flags()
     try:
@@ -109,5 +110,9 @@ def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfi
         launch.apply_dataset_defaults()
         losses, _ = launch.build_objective()
         assert list(losses) == keys and FLAGS.image_encoder == "small_cnn"
+        if "neighborhood" in losses:  # the Img NNs flagfile draws neighbours from the image-space rows
+            space = "image" if "imgnns" in flagfile else "text"
+            assert losses["neighborhood"].neighbor_space == FLAGS.neighbor_space == space
+            assert launch.required_relevance_slots()[-1] == {"text": "neighbors", "image": "image_neighbors"}[space]
     finally:
         FLAGS.unparse_flags()

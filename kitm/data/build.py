@@ -13,6 +13,12 @@
 
 Every build stores the relevance rows of --relevance (default cider,sbert,neighbors; "none" for none), writes
 shards under temporary names, and resumes a killed build (same flags and --out) without redoing finished shards.
+--image_neighbors=features|pixels|backbone adds image-space neighbour rows (seed 004's "Img NNs" variant;
+kitm.relevance.image_features), e.g.
+
+    python -m kitm.data.build --dataset=karpathy ... --image_neighbors=backbone   # frozen ImageNet ResNet-50
+    python -m kitm.data.build --dataset=precomputed ... --image_neighbors=features
+    python -m kitm.data.build --dataset=synthetic --out=tfrecords/synthetic_imgnn --image_neighbors=pixels
 Only kitm/launch.py uses absl flags; this command line is argparse (it also accepts --flag=value).
 """
 
@@ -23,6 +29,7 @@ import os
 import sys
 
 from kitm.data.errors import KitmDataError
+from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed")
 
@@ -50,7 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
     relevance.add_argument("--sentence_model", default=None,
                            help="sentence-transformers model name (in the local cache) or folder; default the "
                                 "bundled all-MiniLM-L6-v2")
-    relevance.add_argument("--neighbors_k", type=int, default=200, help="neighbours stored per caption")
+    relevance.add_argument("--neighbors_k", type=int, default=200, help="neighbours stored per caption (and per "
+                           "image for --image_neighbors)")
+    image = parser.add_argument_group("image-space neighbour rows, seed 004's Img NNs (kitm.relevance.image_features)")
+    image.add_argument("--image_neighbors", choices=IMAGE_NEIGHBOR_SPACES, default="none",
+                       help="also store each caption's neighbours found among the images: features (the stored "
+                            "vectors of --dataset=precomputed; SCAN regions averaged), backbone (pooled features of "
+                            "a frozen ResNet, --image_neighbors_weights=imagenet), pixels (downsampled, mean-centred "
+                            "pixels; no weights, the synthetic world's space); default none")
+    image.add_argument("--image_neighbors_backbone", choices=BACKBONES, default="resnet50",
+                       help="backbone: the ResNet (seed 004: resnet50)")
+    image.add_argument("--image_neighbors_weights", default="imagenet",
+                       help="backbone: imagenet (Keras loads them from ~/.keras/models, downloading them once), none "
+                            "(random weights, tests only) or a Keras weights file")
+    image.add_argument("--image_neighbors_size", type=int, default=224, help="backbone: input side (centre crop "
+                       "0.875 of the shorter side, resized)")
+    image.add_argument("--image_neighbors_batch", type=int, default=32, help="backbone: images per batch")
+    image.add_argument("--image_neighbors_pixels", type=int, default=16, help="pixels: side of the downsampled image")
     common = parser.add_argument_group("converters (all but synthetic)")
     common.add_argument("--limit", type=int, default=None,
                         help="only the first N images of each split (quick builds and tests)")
@@ -87,13 +110,26 @@ def _need(args, dataset: str, *names: str) -> None:
         raise KitmDataError(f"--dataset={dataset} needs {' and '.join(missing)}.")
 
 
+def image_neighbor_options(args: argparse.Namespace):
+    """The --image_neighbors* flags as `ImageNeighborOptions` (None for --image_neighbors=none)."""
+    from kitm.relevance.image_features import ImageNeighborOptions
+
+    if args.image_neighbors == "none":
+        return None
+    weights = None if args.image_neighbors_weights.lower() == "none" else args.image_neighbors_weights
+    return ImageNeighborOptions(args.image_neighbors, pixel_side=args.image_neighbors_pixels,
+                                backbone=args.image_neighbors_backbone, weights=weights,
+                                image_size=args.image_neighbors_size, batch_size=args.image_neighbors_batch)
+
+
 def run(args: argparse.Namespace):
     """Build the dataset `args` describe; returns its DatasetInfo."""
+    image_neighbors = image_neighbor_options(args)
     rows = {"relevance": args.relevance, "sentence_model": args.sentence_model, "neighbors_k": args.neighbors_k,
-            "num_shards": args.num_shards, "progress": not args.quiet}
+            "num_shards": args.num_shards, "progress": not args.quiet, "image_neighbors": image_neighbors}
     captions = {"empty_captions": args.empty_captions, "few_captions": args.few_captions, "limit": args.limit}
     if args.dataset == "synthetic":
-        from kitm.data.converter_common import claim_output
+        from kitm.data.converter_common import claim_output, image_neighbor_parameters
         from kitm.data.synthetic_records import build_synthetic
 
         if args.num_scenes < 10:
@@ -103,7 +139,7 @@ def run(args: argparse.Namespace):
         claim_output(args.out, {"dataset": "synthetic", "num_scenes": args.num_scenes, "seed": args.seed,
                                 "image_size": args.image_size, "num_shards": args.num_shards,
                                 "relevance": list(args.relevance), "sentence_model": args.sentence_model,
-                                "neighbors_k": args.neighbors_k})
+                                "neighbors_k": args.neighbors_k, **image_neighbor_parameters(image_neighbors)})
         return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,
                                **rows)
     if args.dataset == "karpathy":

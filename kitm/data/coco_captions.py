@@ -16,10 +16,12 @@ import os
 from collections.abc import Sequence
 
 from kitm.data import schema
-from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split,
-                                        image_files, read_json, relevance_sources, write_dataset)
+from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split, image_file_input,
+                                        image_files, image_neighbor_parameters, read_json, relevance_sources,
+                                        write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.data.karpathy import read_karpathy_images
+from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
 __all__ = ["read_coco_captions", "load_coco_entries", "build_coco_captions"]
@@ -102,7 +104,8 @@ def build_coco_captions(out: str | os.PathLike, caption_files: Sequence[str | os
                         num_shards: int = 16, missing_images: str = "stop", empty_captions: str = "stop",
                         few_captions: str = "stop", limit: int | None = None, relevance: Sequence[str] = ROW_SOURCES,
                         sentence_model: str | None = None, neighbors_k: int = DEFAULT_NEIGHBORS_K,
-                        progress: bool = True) -> schema.DatasetInfo:
+                        progress: bool = True,
+                        image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
     """Write COCO (5 captions per image; images if `images_dir` is given) with relevance rows under `out`."""
     if not caption_files:
         raise KitmDataError("--coco_captions needs at least one COCO captions file.")
@@ -117,12 +120,13 @@ def build_coco_captions(out: str | os.PathLike, caption_files: Sequence[str | os
                   "images": os.path.abspath(images_dir) if images_dir is not None else None,
                   "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
                   "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k}
+                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
+                  **image_neighbor_parameters(image_neighbors)}
     image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="coco", parameters=parameters, image_mode=image_mode, image_of=image_of,
         relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, num_shards=num_shards,
-        progress=progress,
+        progress=progress, image_neighbors=image_neighbors, image_input=image_file_input(images_dir),
         source={"coco_captions": [str(p) for p in caption_files], "karpathy_json": str(karpathy_json),
                 "images": None if images_dir is None else str(images_dir), "skipped_missing": absent,
                 "limit": limit, **counts, **rules.report()})

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from kitm.data import schema
 from kitm.data.errors import KitmDataError
 from kitm.data.records import make_example, write_shards
+from kitm.relevance.image_features import ImageFiles, ImageInput, ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES, compute_relevance_rows
 
 BUILD_PARAMETERS_FILE = pathlib.Path(".cache") / "build.json"
@@ -174,6 +175,22 @@ def image_files(images_dir: str | os.PathLike | None) -> tuple[str, Callable[[En
     return "encoded", lambda entry: {"image_encoded": read_image_bytes(images / entry.location)}
 
 
+def image_file_input(images_dir: str | os.PathLike | None) -> Callable[[str, Sequence[Entry]], ImageInput] | None:
+    """`write_dataset`'s `image_input` for images stored as files under `images_dir` (None: captions-only)."""
+    if images_dir is None:
+        return None
+    images = pathlib.Path(images_dir)
+    return lambda split, entries: ImageFiles([str(images / entry.location) for entry in entries])
+
+
+def image_neighbor_parameters(image_neighbors: ImageNeighborOptions | None) -> dict[str, Any]:
+    """The build-parameter entry of the image-space neighbour rows; empty when there are none, so that builds
+    made before the option existed resume under the same parameters."""
+    if image_neighbors is None or not image_neighbors.enabled:
+        return {}
+    return {"image_neighbors": image_neighbors.parameters()}
+
+
 def read_text_lines(path: str | os.PathLike) -> list[str]:
     """A UTF-8 text file's lines (without line ends), naming the file when it is absent or not UTF-8."""
     path = pathlib.Path(path)
@@ -245,13 +262,16 @@ def write_dataset(out: str | os.PathLike, entries: Sequence[Entry], *, name: str
                   image_mode: str, image_of: Callable[[Entry], Mapping[str, Any]], captions_per_image: int = 5,
                   feature_dim: int | None = None, relevance: Sequence[str] = ROW_SOURCES,
                   sentence_model: str | None = None, neighbors_k: int = DEFAULT_NEIGHBORS_K, num_shards: int = 16,
-                  source: Mapping[str, Any] | None = None, progress: bool = True) -> schema.DatasetInfo:
+                  source: Mapping[str, Any] | None = None, progress: bool = True,
+                  image_neighbors: ImageNeighborOptions | None = None,
+                  image_input: Callable[[str, Sequence[Entry]], ImageInput] | None = None) -> schema.DatasetInfo:
     """Write `entries` as a kitm dataset under `out`, with relevance rows, resumably; dataset.json last.
 
     Image ids are the entries' positions (0..N-1), caption ids image_id * C + k; each split's records follow
     the entries' order. `image_of(entry)` gives the image part of `make_example`'s arguments (e.g.
     ``{"image_encoded": bytes}``; ``{}`` for image_mode "none"). The training split gets `num_shards`
-    shards, the others a quarter (at least one).
+    shards, the others a quarter (at least one). With `image_neighbors` (a space other than "none") the records
+    also get the `image_neighbors` slot, from `image_input(split, entries)` (the split's images in record order).
     """
     if image_mode not in schema.IMAGE_MODES:
         raise KitmDataError(f"Unknown image_mode {image_mode!r}; expected one of {schema.IMAGE_MODES}.")
@@ -265,12 +285,19 @@ def write_dataset(out: str | os.PathLike, entries: Sequence[Entry], *, name: str
     members_of = {split: [(image_id, entry) for image_id, entry in enumerate(entries) if entry.split == split]
                   for split in schema.SPLITS}
     members_of = {split: members for split, members in members_of.items() if members}
+    images = None
+    if image_neighbors is not None and image_neighbors.enabled:
+        if image_input is None:
+            raise KitmDataError(f"--image_neighbors={image_neighbors.space} finds neighbours among the images, but "
+                                f"this build of {name} has none (image_mode '{image_mode}', captions only): add "
+                                "--images=<image folder>, or drop --image_neighbors.")
+        images = {split: image_input(split, [entry for _, entry in members]) for split, members in members_of.items()}
     rows = compute_relevance_rows(
         out, {split: [entry.captions for _, entry in members] for split, members in members_of.items()},
         {split: np.array([image_id for image_id, _ in members])[:, None] * captions_per_image
          + np.arange(captions_per_image) for split, members in members_of.items()},
         captions_per_image=captions_per_image, sources=sources, sentence_model=sentence_model,
-        neighbors_k=neighbors_k, progress=progress)
+        neighbors_k=neighbors_k, progress=progress, image_neighbors=image_neighbors, images=images)
     splits = {}
     bar = tqdm(total=len(entries), desc=f"writing {out}", unit="image", disable=not progress)
     for split, members in members_of.items():

@@ -20,9 +20,11 @@ import pathlib
 from collections.abc import Sequence
 
 from kitm.data import schema
-from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split,
-                                        image_files, read_text_lines, relevance_sources, write_dataset)
+from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split, image_file_input,
+                                        image_files, image_neighbor_parameters, read_text_lines, relevance_sources,
+                                        write_dataset)
 from kitm.data.errors import KitmDataError
+from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
 __all__ = ["TOKEN_FILE", "SPLIT_FILES", "read_token_file", "read_split_lists", "load_flickr8k_entries",
@@ -102,7 +104,7 @@ def build_flickr8k(out: str | os.PathLike, flickr8k_dir: str | os.PathLike, imag
                    *, num_shards: int = 16, missing_images: str = "stop", empty_captions: str = "stop",
                    few_captions: str = "stop", limit: int | None = None, relevance: Sequence[str] = ROW_SOURCES,
                    sentence_model: str | None = None, neighbors_k: int = DEFAULT_NEIGHBORS_K,
-                   progress: bool = True) -> schema.DatasetInfo:
+                   progress: bool = True, image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
     """Write Flickr8K (5 captions per image; images if `images_dir` is given) with relevance rows under `out`."""
     rules = CaptionRules(5, empty=empty_captions, few=few_captions)
     entries, unlisted = load_flickr8k_entries(flickr8k_dir, rules)
@@ -117,11 +119,12 @@ def build_flickr8k(out: str | os.PathLike, flickr8k_dir: str | os.PathLike, imag
                   "images": os.path.abspath(images_dir) if images_dir is not None else None,
                   "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
                   "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k}
+                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
+                  **image_neighbor_parameters(image_neighbors)}
     image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="flickr8k", parameters=parameters, image_mode=image_mode, image_of=image_of,
         relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, num_shards=num_shards,
-        progress=progress,
+        progress=progress, image_neighbors=image_neighbors, image_input=image_file_input(images_dir),
         source={"flickr8k_dir": str(flickr8k_dir), "images": None if images_dir is None else str(images_dir),
                 "left_out_in_no_split": unlisted, "skipped_missing": absent, "limit": limit, **rules.report()})

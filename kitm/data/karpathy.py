@@ -13,9 +13,11 @@ import pathlib
 from collections.abc import Sequence
 
 from kitm.data import schema
-from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split,
-                                        read_image_bytes, read_json, relevance_sources, write_dataset)
+from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, image_file_input,
+                                        image_neighbor_parameters, limit_per_split, read_image_bytes, read_json,
+                                        relevance_sources, write_dataset)
 from kitm.data.errors import KitmDataError
+from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
 __all__ = ["read_karpathy_images", "load_karpathy_entries", "build_karpathy", "read_image_bytes"]
@@ -69,10 +71,12 @@ def build_karpathy(out: str | os.PathLike, json_path: str | os.PathLike, images_
                    num_shards: int = 16, missing_images: str = "stop", captions_per_image: int = 5,
                    empty_captions: str = "stop", few_captions: str = "stop", limit: int | None = None,
                    relevance: Sequence[str] = ROW_SOURCES, sentence_model: str | None = None,
-                   neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True) -> schema.DatasetInfo:
+                   neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True,
+                   image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
     """Write the Karpathy split's images (JPEG bytes as on disk) and captions with relevance rows under `out`.
 
-    The relevance rows are computed per split over the entries' captions (`kitm.relevance.rows`). See
+    The relevance rows are computed per split over the entries' captions (`kitm.relevance.rows`), the
+    image-space neighbour rows (`image_neighbors`) over the image files. See
     `kitm.data.converter_common` for the caption, missing-image, limit and resume rules.
     """
     images_dir = pathlib.Path(images_dir)
@@ -85,11 +89,13 @@ def build_karpathy(out: str | os.PathLike, json_path: str | os.PathLike, images_
                   "images": os.path.abspath(images_dir), "num_shards": num_shards, "missing_images": missing_images,
                   "captions_per_image": captions_per_image, "empty_captions": empty_captions,
                   "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k}
+                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
+                  **image_neighbor_parameters(image_neighbors)}
     return write_dataset(
         out, entries, name=pathlib.Path(out).name, parameters=parameters, image_mode="encoded",
         image_of=lambda entry: {"image_encoded": read_image_bytes(images_dir / entry.location)},
         captions_per_image=captions_per_image, relevance=relevance, sentence_model=sentence_model,
-        neighbors_k=neighbors_k, num_shards=num_shards, progress=progress,
+        neighbors_k=neighbors_k, num_shards=num_shards, progress=progress, image_neighbors=image_neighbors,
+        image_input=image_file_input(images_dir),
         source={"karpathy_json": str(json_path), "images": str(images_dir), "skipped_missing": absent,
                 "limit": limit, **rules.report()})

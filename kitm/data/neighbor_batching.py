@@ -13,9 +13,12 @@ k B / N neighbours expected per anchor: 0.05 on COCO at B = 128). So batches are
 3. `neighbor_position[r]` is the in-batch row of a neighbour of row r: its pair partner when that partner is one
    of r's k neighbours, else a random one of r's k neighbours that the batch happens to hold, else -1.
 
-The share of rows with a neighbour is logged (`neighbor_coverage`); `plan_coverage` measures it for a dataset
-without touching images. Draws conditioned on mutuality are the one departure from a uniform draw over the k
-(documented in the README); without it, only the seeds (half the batch) are sure to have their neighbour.
+The neighbours come from the records' `neighbors` slot (text space, seed 004's main method) or, with
+`neighbor_space="image"` (seed 004's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
+(`kitm.relevance.rows`); everything below is the same for both. The share of rows with a neighbour is logged
+(`neighbor_coverage`); `plan_coverage` measures it for a dataset without touching images. Draws conditioned on
+mutuality are the one departure from a uniform draw over the k (documented in the README); without it, only the
+seeds (half the batch) are sure to have their neighbour.
 Memory: the split's records stay in RAM (Flickr30K images: ~4 GB; COCO: ~20 GB; precomputed features are far
 smaller), the price of random access.
 """
@@ -30,23 +33,38 @@ from kitm.data.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
 
 NEIGHBOR_DRAWS = ("mutual", "uniform")
+NEIGHBOR_SPACES = tuple(schema.NEIGHBOR_SLOTS)
+# How to build each space's slot (named in the error when the records lack it).
+_SLOT_BUILD_HINT = {
+    "text": "python -m kitm.data.build ... with --relevance including neighbors (the default)",
+    "image": "python -m kitm.data.build ... --image_neighbors=backbone (images; a frozen ImageNet ResNet), "
+             "--image_neighbors=pixels (images, no weights: the synthetic world) or --image_neighbors=features "
+             "(--dataset=precomputed)",
+}
 
 
-def neighbor_table(info: schema.DatasetInfo, root, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(serialised records [N], caption ids [N, C], neighbour flat positions [N * C, k] (-1: not in the split))."""
-    if "neighbors" not in info.relevance:
-        raise KitmDataError(f"Neighbour-aware batching needs the records' 'neighbors' slot; the dataset at {root} has "
-                            f"relevance slots {sorted(info.relevance) or 'none'}. Build it with --relevance "
-                            "including neighbors (python -m kitm.data.build).")
+def neighbor_table(info: schema.DatasetInfo, root, split: str,
+                   space: str = "text") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(serialised records [N], caption ids [N, C], neighbour flat positions [N * C, k] (-1: not in the split)).
+
+    `space`: "text" reads the `neighbors` slot, "image" the `image_neighbors` slot (schema.NEIGHBOR_SLOTS).
+    """
+    if space not in schema.NEIGHBOR_SLOTS:
+        raise ValueError(f"neighbor_space must be one of {NEIGHBOR_SPACES}; got {space!r}.")
+    slot, key = schema.NEIGHBOR_SLOTS[space]
+    if slot not in info.relevance:
+        raise KitmDataError(f"Neighbour-aware batching with neighbor_space='{space}' (the launcher's "
+                            f"--neighbor_space={space}) needs the records' '{slot}' slot; the dataset at {root} has "
+                            f"relevance slots {sorted(info.relevance) or 'none'}. Build it with "
+                            f"{_SLOT_BUILD_HINT[space]}.")
     spec = {"caption/ids": tf.io.FixedLenFeature([info.captions_per_image], tf.int64),
-            schema.NEIGHBOR_CAPTION_IDS: tf.io.FixedLenFeature(
-                [int(info.relevance["neighbors"]["features"][schema.NEIGHBOR_CAPTION_IDS][1])], tf.int64)}
+            key: tf.io.FixedLenFeature([int(info.relevance[slot]["features"][key][1])], tf.int64)}
     records, caption_ids, neighbour_ids = [], [], []
     for path, record in read_records(info.shard_paths(root, split)).batch(1024):
         parsed = tf.io.parse_example(record, spec)
         records.append(record.numpy())
         caption_ids.append(parsed["caption/ids"].numpy())
-        neighbour_ids.append(parsed[schema.NEIGHBOR_CAPTION_IDS].numpy())
+        neighbour_ids.append(parsed[key].numpy())
     records = np.concatenate(records)
     caption_ids = np.concatenate(caption_ids)
     flat_ids = caption_ids.reshape(-1)
@@ -134,7 +152,7 @@ def paired_samples(root, split: str, info: schema.DatasetInfo, config, num_sampl
     if config.batch_size // config.num_replicas % 2:
         raise KitmDataError(f"Neighbour-aware batching keeps pairs within a replica: the per-replica batch "
                             f"{config.batch_size // config.num_replicas} must be even.")
-    records, _, positions = neighbor_table(info, root, split)
+    records, _, positions = neighbor_table(info, root, split, config.neighbor_space)
     captions = info.captions_per_image
     store = tf.constant(records)
     table = tf.constant(positions.astype(np.int32))

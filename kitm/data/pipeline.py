@@ -68,6 +68,8 @@ class PipelineConfig:
             (`kitm.data.neighbor_batching`; needs the records' neighbors slot; holds the split's records in memory).
         neighbor_draw: "mutual" (a seed's partner is drawn among its mutual neighbours when it has any) or
             "uniform" (among all its k neighbours).
+        neighbor_space: where the neighbours of neighbour-aware batching were found: "text" (the records'
+            neighbors slot) or "image" (the image_neighbors slot, seed 004's Img NNs variant).
         test_crops: N; evaluation images become N random crops [N, H, W, 3] (1: the centre crop [H, W, 3]).
     """
 
@@ -85,6 +87,7 @@ class PipelineConfig:
     cache: bool = False
     neighbor_batching: bool = False
     neighbor_draw: str = "mutual"
+    neighbor_space: str = "text"
     test_crops: int = 1
 
     def __post_init__(self):
@@ -99,6 +102,9 @@ class PipelineConfig:
             raise ValueError(f"crop_area must satisfy 0 < low <= high <= 1; got {self.crop_area}.")
         if self.neighbor_draw not in ("mutual", "uniform"):
             raise ValueError(f"neighbor_draw must be 'mutual' or 'uniform'; got {self.neighbor_draw!r}.")
+        if self.neighbor_space not in schema.NEIGHBOR_SLOTS:
+            raise ValueError(f"neighbor_space must be one of {tuple(schema.NEIGHBOR_SLOTS)}; got "
+                             f"{self.neighbor_space!r}.")
         if not 0 < self.eval_crop_fraction <= 1:
             raise ValueError(f"eval_crop_fraction must be in (0, 1]; got {self.eval_crop_fraction}.")
         if isinstance(self.test_crops, bool) or int(self.test_crops) != self.test_crops or self.test_crops < 1:

@@ -27,9 +27,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from kitm.data import schema
-from kitm.data.converter_common import (CaptionRules, Entry, limit_per_split, read_text_lines, relevance_sources,
-                                        write_dataset)
+from kitm.data.converter_common import (CaptionRules, Entry, image_neighbor_parameters, limit_per_split,
+                                        read_text_lines, relevance_sources, write_dataset)
 from kitm.data.errors import KitmDataError
+from kitm.relevance.image_features import ImageNeighborOptions, StoredFeatures
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
 __all__ = ["FILE_SPLITS", "FeatureSplit", "find_feature_folder", "open_feature_splits", "build_precomputed"]
@@ -130,8 +131,12 @@ def build_precomputed(out: str | os.PathLike, features_dir: str | os.PathLike, n
                       num_shards: int = 16, empty_captions: str = "stop", few_captions: str = "stop",
                       limit: int | None = None, relevance: Sequence[str] = ROW_SOURCES,
                       sentence_model: str | None = None, neighbors_k: int = DEFAULT_NEIGHBORS_K,
-                      progress: bool = True) -> schema.DatasetInfo:
-    """Write a VSE++/SCAN precomputed-feature dataset with relevance rows under `out`."""
+                      progress: bool = True, image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
+    """Write a VSE++/SCAN precomputed-feature dataset with relevance rows under `out`.
+
+    With `image_neighbors` (space "features") the records also get image-space neighbour rows found among the
+    stored features (SCAN regions: their mean), read from the memory-mapped files chunk by chunk.
+    """
     folder = find_feature_folder(features_dir, name)
     opened = open_feature_splits(folder)
     rules = CaptionRules(CAPTIONS_PER_IMAGE, empty=empty_captions, few=few_captions)
@@ -152,12 +157,19 @@ def build_precomputed(out: str | os.PathLike, features_dir: str | os.PathLike, n
     parameters = {"dataset": "precomputed", "features": os.path.abspath(folder), "num_shards": num_shards,
                   "empty_captions": empty_captions, "few_captions": few_captions, "limit": limit,
                   "relevance": list(relevance_sources(relevance)), "sentence_model": sentence_model,
-                  "neighbors_k": neighbors_k}
+                  "neighbors_k": neighbors_k, **image_neighbor_parameters(image_neighbors)}
+
+    def image_input(split, split_entries):
+        # One row per image, or VSE++'s five equal repeats of which the first is taken (as image_features does).
+        feature_split = opened[split]
+        rows = np.array([entry.location * feature_split.rows_per_image for entry in split_entries], dtype=np.int64)
+        return StoredFeatures(feature_split.features, rows, str(feature_split.features_path))
+
     return write_dataset(
         out, entries, name=name or folder.name, parameters=parameters, image_mode=image_mode,
         image_of=lambda entry: {argument: opened[entry.split].image_features(entry.location)},
         feature_dim=int(row_shape[-1]), relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k,
-        num_shards=num_shards, progress=progress,
+        num_shards=num_shards, progress=progress, image_neighbors=image_neighbors, image_input=image_input,
         source={"features": str(folder), "limit": limit,
                 "files": {split: [s.features_path.name, s.captions_path.name, f"{s.rows_per_image} row(s) per image"]
                           for split, s in opened.items()},

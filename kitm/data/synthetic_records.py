@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards
+from kitm.relevance.image_features import ImageNeighborOptions, PixelArrays
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, compute_relevance_rows
 
 
@@ -29,13 +30,16 @@ DEFAULT_SYNTHETIC_RELEVANCE = ("cider",)
 def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int = 0, image_size: int = 64,
                     captions_per_image: int = 5, num_shards: int = 4, progress: bool = True,
                     relevance: Sequence[str] = DEFAULT_SYNTHETIC_RELEVANCE, sentence_model: str | None = None,
-                    neighbors_k: int = DEFAULT_NEIGHBORS_K) -> schema.DatasetInfo:
+                    neighbors_k: int = DEFAULT_NEIGHBORS_K,
+                    image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
     """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
 
     Every record carries the world's exact relevance ("truth") and the relevance rows of `relevance`
     (any of "cider", "sbert", "neighbors"; `kitm.relevance.rows`), so the papers' own sources can be compared
-    with the truth. Shards that already exist are kept, so a killed build resumes; the world is regenerated from
-    the seed, which is deterministic, so the remaining shards match the ones kept.
+    with the truth. With `image_neighbors` (e.g. ``ImageNeighborOptions("pixels")``, the space made for these
+    scenes) the records also get image-space neighbour rows (seed 004's Img NNs). Shards that already exist are
+    kept, so a killed build resumes; the world is regenerated from the seed, which is deterministic, so the
+    remaining shards match the ones kept.
     """
     from kitm.data import synthetic  # the generator is only needed when building
 
@@ -58,7 +62,9 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         {split: members[:, None] * captions_per_image + np.arange(captions_per_image)
          for split, members in members_of.items()},
         captions_per_image=captions_per_image, sources=relevance, sentence_model=sentence_model,
-        neighbors_k=neighbors_k, progress=progress)
+        neighbors_k=neighbors_k, progress=progress, image_neighbors=image_neighbors,
+        images={split: PixelArrays(world.images[members], [f"scene_{i:06d}" for i in members])
+                for split, members in members_of.items()} if image_neighbors is not None else None)
     relevance_meta.update(rows.meta)
     splits = {}
     bar = tqdm(total=num_scenes, desc=f"writing {out}", unit="image", disable=not progress)
@@ -82,6 +88,8 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         name="synthetic", captions_per_image=captions_per_image, image_mode="encoded", splits=splits,
         image_size=image_size, relevance=relevance_meta,
         source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
-                "image_size": image_size, "relevance_rows": list(relevance)})
+                "image_size": image_size, "relevance_rows": list(relevance),
+                **({"image_neighbors": image_neighbors.parameters()}
+                   if image_neighbors is not None and image_neighbors.enabled else {})})
     schema.save_info(out, info)
     return info

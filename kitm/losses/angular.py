@@ -25,8 +25,9 @@ picture is not a negative), as `kitm.ops.similarity.negative_mask` does for the 
 `base="triplet"` gives the paper's triplet-based variant (Trip+NP+Sym, Eq. 1 on squared Euclidean
 distances, `[ |a - p|^2 - |a - n|^2 + m ]+` summed over negatives) with (alpha, beta) = (0.3, 0.1).
 The "Img NNs" variant differs only in where the neighbours come from (the image feature space instead
-of the text space): the pipeline fills `neighbor_position` from that space, and `neighbor_space`
-records it in the config.
+of the text space): the pipeline fills `neighbor_position` from the records' `image_neighbors` rows
+(`PipelineConfig.neighbor_space="image"`, the launcher's `--neighbor_space=image`; the rows are built by
+`kitm.relevance.image_features`), and `neighbor_space` records it in the config.
 
 Example (hand-computed, angle 45 degrees so 4 tan^2 = 4): a = (1, 0), p = (0, 1), n = (-1, 0):
 |a - p|^2 = 2, C = (0.5, 0.5), |n - C|^2 = 1.5^2 + 0.5^2 = 2.5, L = [2 - 4 * 2.5]+ = 0; with n = (0.6, 0.8):

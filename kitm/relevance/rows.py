@@ -11,9 +11,17 @@ For a dataset whose splits hold images with C captions each (in record order), `
 * ``neighbors``: each caption's k nearest captions of the same split in that embedding space (seed 004's
   semantic neighbours), as dataset-wide caption ids and cosine scores, most similar first. The image's own other
   captions are left out: a neighbour is another image-caption pair (so x_i and x_i' are different images).
+* ``image_neighbors`` (with `image_neighbors=ImageNeighborOptions(space=...)`, not one of `sources`): the same
+  layout, with neighbours found in an image feature space instead (seed 004's "Img NNs" variant;
+  `kitm.relevance.image_features` describes the spaces). Each image's k nearest *other* images of the split by
+  cosine, NN_k(i) (ties by record order, as `nearest_neighbors`); caption c of image i then lists caption c of
+  each j in NN_k(i), with score cos(i, j). Every caption of image j pairs with x_j, a neighbour of x_i, so any
+  of them could serve; taking the same caption slot keeps the caption relation exactly as symmetric as the image relation (caption
+  (i, c) and (j, c) are mutual neighbours iff images i and j are), which the mutual partner draw of
+  `kitm.data.neighbor_batching` relies on.
 
-The slow parts (embeddings, neighbour search) are cached under `<out>/.cache/` and written atomically, so a killed
-build does not redo them. Nothing here loops in Python over caption pairs.
+The slow parts (embeddings, image features, neighbour searches) are cached under `<out>/.cache/` and written
+atomically, so a killed build does not redo them. Nothing here loops in Python over caption pairs.
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ import numpy as np
 
 from kitm.data import schema
 from kitm.data.errors import KitmDataError
+from kitm.relevance.image_features import ImageInput, ImageNeighborOptions
 
 __all__ = ["ROW_SOURCES", "DOCUMENT_FREQUENCY_FILE", "RelevanceRows", "compute_relevance_rows",
-           "load_document_frequency"]
+           "compute_image_neighbor_rows", "load_document_frequency"]
 
 ROW_SOURCES = ("cider", "sbert", "neighbors")
 DOCUMENT_FREQUENCY_FILE = "cider_document_frequency.json.gz"
@@ -167,10 +176,76 @@ def _neighbor_rows(out: pathlib.Path, embeddings: np.ndarray, caption_ids: np.nd
     return {"caption_ids": caption_ids.reshape(-1)[arrays["indices"]], "scores": arrays["scores"]}
 
 
+def _image_neighbor_rows(out: pathlib.Path, embeddings: np.ndarray, caption_ids: np.ndarray, k: int, split: str,
+                         tag: str, progress: bool) -> dict[str, np.ndarray]:
+    """Image-space neighbour rows [N, C * k] (caption-major, like the text rows) of one split's N images."""
+    from kitm.relevance.neighbors import nearest_neighbors
+
+    def compute():
+        found, scores = nearest_neighbors(embeddings, k, progress=progress)
+        return {"indices": found, "scores": scores.astype(np.float32)}
+
+    arrays = _cached(out / ".cache" / f"image-neighbors-{tag}-{split}-k{k}.npz", compute, len(embeddings))
+    num_images, captions_per_image = caption_ids.shape
+    # caption_ids[found] is [N, k, C]: image j's caption c at [i, r, c]; caption c of image i lists column c.
+    lists = np.swapaxes(caption_ids[arrays["indices"]], 1, 2).reshape(num_images, captions_per_image * k)
+    scores = np.broadcast_to(arrays["scores"][:, None, :], (num_images, captions_per_image, k))
+    return {"caption_ids": lists, "scores": np.ascontiguousarray(scores).reshape(num_images, -1)}
+
+
+def compute_image_neighbor_rows(out: str | os.PathLike, images: Mapping[str, ImageInput],
+                                caption_ids: Mapping[str, np.ndarray], options: ImageNeighborOptions, *,
+                                neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True):
+    """(meta, split -> {key: per-record rows}) of the `image_neighbors` slot (module docstring).
+
+    Args:
+        images: split -> its images (files, pixel arrays or stored features) in record order.
+        caption_ids: split -> int [N, C], the records' `caption/ids`.
+        options: the image space (`kitm.relevance.image_features.ImageNeighborOptions`).
+        neighbors_k: neighbours kept per image; fewer when a split has fewer other images (the smallest decides).
+    """
+    from kitm.relevance.image_features import ImageFeatureExtractor, neighbor_space_embeddings, split_image_features
+
+    out = pathlib.Path(out)
+    if neighbors_k < 1:
+        raise KitmDataError(f"neighbors_k must be at least 1; got {neighbors_k}.")
+    ks = {}
+    for split, ids in caption_ids.items():
+        if split not in images:
+            raise KitmDataError(f"Image-space neighbour rows need the images of split '{split}'.")
+        if len(images[split]) != len(ids):
+            raise KitmDataError(f"Split '{split}': {len(images[split])} images but {len(ids)} records.")
+        if len(ids) < 2:
+            raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
+        ks[split] = min(neighbors_k, len(ids) - 1)
+    k = min(ks.values())
+    extractor = ImageFeatureExtractor(options)
+    per_split = {}
+    dim = None
+    for split, ids in caption_ids.items():
+        ids = np.asarray(ids)
+        features = split_image_features(out / ".cache", split, images[split], extractor, progress)
+        dim = int(features.shape[1])
+        embeddings = neighbor_space_embeddings(features, options, split, images[split])
+        found = _image_neighbor_rows(out, embeddings, ids, k, split, options.tag(), progress)
+        per_split[split] = {schema.IMAGE_NEIGHBOR_CAPTION_IDS: list(found["caption_ids"]),
+                            schema.IMAGE_NEIGHBOR_SCORES: list(found["scores"])}
+    captions_per_image = int(np.asarray(next(iter(caption_ids.values()))).shape[1])
+    meta = {"features": {schema.IMAGE_NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
+                         schema.IMAGE_NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
+            "k": k, **options.parameters(), "feature_dim": dim,
+            "definition": "per caption c of image i, caption c of each of the k nearest other images of the same "
+                          "split by cosine in the image space, most similar first, and their cosines "
+                          "(seed 004's Img NNs; kitm.relevance.image_features)"}
+    return meta, per_split
+
+
 def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequence[Sequence[str]]],
                            caption_ids: Mapping[str, np.ndarray], *, captions_per_image: int,
                            sources: Sequence[str] = ROW_SOURCES, sentence_model: str | None = None,
-                           neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True) -> RelevanceRows:
+                           neighbors_k: int = DEFAULT_NEIGHBORS_K, progress: bool = True,
+                           image_neighbors: ImageNeighborOptions | None = None,
+                           images: Mapping[str, ImageInput] | None = None) -> RelevanceRows:
     """The relevance rows of every record of a dataset about to be written under `out`.
 
     Args:
@@ -180,6 +255,8 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
         sources: any of "cider", "sbert", "neighbors".
         sentence_model: sentence-transformers model name or path (None: the offline all-MiniLM-L6-v2).
         neighbors_k: neighbours kept per caption (200 in seed 004); fewer when a split is smaller.
+        image_neighbors: with a space other than "none", also the `image_neighbors` slot, from `images`
+            (split -> its images in record order; `compute_image_neighbor_rows`).
     """
     unknown = sorted(set(sources) - set(ROW_SOURCES))
     if unknown:
@@ -229,6 +306,13 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
                 "k": k, "space": "sbert", "model": model_name,
                 "definition": "per caption, the caption ids of its k nearest captions of other images of the same "
                               "split by sentence-embedding cosine, most similar first, and their cosines"}
+
+    if image_neighbors is not None and image_neighbors.enabled:
+        meta, per_split = compute_image_neighbor_rows(out, images or {}, caption_ids, image_neighbors,
+                                                      neighbors_k=neighbors_k, progress=progress)
+        rows.meta["image_neighbors"] = meta
+        for split, features in per_split.items():
+            rows.per_split[split].update(features)
     return rows
 
 
