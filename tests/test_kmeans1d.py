@@ -515,7 +515,7 @@ def test_lloyd_iterations_equal_sklearn_from_the_same_centres():
             centres[r, j, 0, :k] = np.sort(rng.choice(xs[r], size=k, replace=False))
     starts, ends, ok = (t.numpy() for t in kmeans1d._lloyd(
         tf.constant(xs), tf.constant(s1), tf.ones(xs.shape, tf.bool), tf.fill([num_rows], n),
-        tf.constant(centres), 2))
+        tf.constant(centres), 2, 5))
     compared = 0
     with threadpool_limits(1):
         for r in range(num_rows):
@@ -597,3 +597,16 @@ def test_mean_silhouette_not_below_sklearn_on_average():
                                                      .fit(row[:, None]).labels_) for k in (2, 3)) / 8
     assert ours.mean() >= reference.mean() - 1e-9, (ours, reference)
     assert (ours >= exact - 1e-12).all()
+
+
+def test_a_single_k_in_graph_mode_with_unknown_shapes():
+    """k_min == k_max (one candidate k), as the ladder re-cluster callback runs with two ladder levels."""
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64)], autograph=False)
+    def cluster(values):
+        return auto_kmeans_1d(values, 2, 2, jit_compile=False)
+
+    x = make_rows()[:3]
+    labels, k, silhouette = (t.numpy() for t in cluster(tf.constant(x)))
+    assert (k == 2).all()
+    exact = kmeans_1d_candidates(x, 2, 2, lloyd_runs=0, jit_compile=False)
+    assert (silhouette >= exact.silhouette.numpy()[:, 0] - 1e-12).all()

@@ -475,7 +475,7 @@ def _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     result is not a k-cluster partition and is not used).
     """
     centres = _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max)
-    return _lloyd(xs, s1, in_range, n_valid, centres, k_min)
+    return _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max)
 
 
 def _counter(xs, in_range, n_valid):
@@ -568,7 +568,7 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     return tf.sort(tf.stack(centres, axis=3), axis=3)  # +inf last
 
 
-def _lloyd(xs, s1, in_range, n_valid, centres, k_min):
+def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
     """Lloyd's algorithm from `centres` [r, K, runs, k_max] (ascending, +inf for unused clusters);
     returns (starts, ends, ok) as `_lloyd_candidates`.
 
@@ -579,8 +579,7 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min):
     lower cluster), and a cluster's mean comes from two prefix sums.  Finished problems are frozen.
     Unlike scikit-learn, a cluster that empties is not relocated: the result is marked not ok.
     """
-    k_max = centres.shape[3]
-    ks = list(range(k_min, k_min + centres.shape[1]))
+    ks = list(range(k_min, k_max + 1))
     inf = tf.constant(float("inf"), tf.float64)
     n_end = n_valid[:, None, None, None]
     count = _counter(xs, in_range, n_valid)
