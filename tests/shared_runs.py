@@ -1,5 +1,7 @@
 """One tiny launcher run shared by tests/test_export.py and tests/test_monitoring.py (a module-scoped fixture
-is per module; this cache makes the ~1 minute run happen once per session). tests/ is on sys.path under pytest."""
+is per module; this cache makes the ~40 s run happen once per session). tests/ is on sys.path under pytest.
+The cache is per process: under pytest-xdist, tests/conftest.py sends both modules to the same worker
+(USERS below), so the run still happens once."""
 
 import os
 import pathlib
@@ -15,6 +17,9 @@ PRODUCTION_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "-
                     "--progress=false", "--epochs=2", "--eval_every_epochs=1", "--eval_crop_fraction=0.875",
                     "--lr_schedule=cosine", "--warmup_steps=3", "--test_crops=2", "--projector_samples=6",
                     "--captions_per_step=sample"]
+
+# The test modules that call production_run: one xdist work unit (tests/conftest.py).
+USERS = ("test_export.py", "test_monitoring.py")
 
 _RUNS: dict = {}
 
