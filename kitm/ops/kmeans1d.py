@@ -334,12 +334,21 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     # +inf otherwise, for run ends j = 1..n and starts i = 0..n-1.  s2[j] does not depend on the
     # cut i, so the DP adds it after the minimum:
     #   D_k(j) = s2[j] + min_i (E(i) + q[j-1, i]),   E(i) = D_{k-1}(i) - s2[i]  (+inf where no cut).
-    # Only the [r, n, n] table q is materialised; the minimised axis i is last (contiguous).
+    # The table q is never materialised: each band computes its block from the prefix sums where it
+    # is reduced (XLA fuses it into the argmin; a stored [r, n, n] float64 table would make every DP
+    # step a pass over memory).  The minimised axis i is last (contiguous).
     ends_, starts_ = tf.range(1, n + 1), tf.range(n)
-    length = ends_[:, None] - starts_[None, :]  # [j-1, i]
-    neg_inv_length = -1.0 / tf.cast(tf.maximum(length, 1), tf.float64)
-    seg_sum = s1[:, 1:, None] - s1[:, None, :-1]
-    q = tf.where(length > 0, seg_sum * seg_sum * neg_inv_length, inf)
+
+    def q_block(lo, hi):  # q[:, lo:hi, :hi]: ends j = lo+1..hi, starts i = 0..hi-1
+        length = ends_[lo:hi, None] - starts_[None, :hi]
+        seg_sum = s1[:, lo + 1:hi + 1, None] - s1[:, None, :hi]
+        return tf.where(length > 0, seg_sum * seg_sum * (-1.0 / tf.cast(tf.maximum(length, 1), tf.float64)), inf)
+
+    def q_at(j, i):  # q at run ends j (1-based) and starts i, same shapes [r, ...]
+        seg_sum = tf.gather(s1, j, batch_dims=1) - tf.gather(s1, i, batch_dims=1)
+        length = j - i
+        return tf.where(length > 0, seg_sum * seg_sum * (-1.0 / tf.cast(tf.maximum(length, 1), tf.float64)), inf)
+
     # Half of q is +inf (i >= j).  Band g holds the table rows j-1 in [lo, hi), i.e. ends j <= hi,
     # which only need starts i < hi: each band reads a [r, hi - lo, hi] block, 5/8 of the table
     # for 4 bands.  (Every hi >= 1, so no argmin runs over an empty axis.)
@@ -351,7 +360,8 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
         return tf.gather(table, at, batch_dims=1)
 
     last = tf.maximum(n_valid - 1, 0)  # index of the end j = n_valid (any index when n_valid = 0)
-    d = s2[:, 1:] + q[:, :, 0]  # D_1(j) for j = 1..n: one run [0, j)
+    all_ends = tf.broadcast_to(ends_[None, :], [r, n])
+    d = s2[:, 1:] + q_at(all_ends, tf.zeros_like(all_ends))  # D_1(j) for j = 1..n: one run [0, j)
     sse = [gather_rows(d, last)]
     # best_cut[k-1][b, j-1] = start of the last run in the best k-run split of [0, j); for k = k_max
     # only j = n_valid is ever read back, so that step scores one row of q instead of the table.
@@ -360,18 +370,16 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
         # E(0) = +inf: D_{k-1}(0) is infinite for k - 1 >= 1 runs.
         e = tf.concat([tf.fill([r, 1], inf), tf.where(cut_ok[:, 1:n], d[:, :-1], inf) - s2[:, 1:n]], axis=1)
         if k < k_max:
-            args, mins = [], []
+            args = []
             for lo, hi in zip(band_lo, band_hi):
-                q_band, e_band = q[:, lo:hi, :hi], e[:, :hi]
-                arg = tf.argmin(q_band + e_band[:, None, :], axis=2, output_type=tf.int32)
-                args.append(arg)
-                # Gathering the two terms is cheaper than gathering from their (materialised) sum.
-                mins.append(tf.gather(q_band, arg, batch_dims=2) + gather_rows(e_band, arg))
+                args.append(tf.argmin(q_block(lo, hi) + e[:, None, :hi], axis=2, output_type=tf.int32))
             arg = tf.concat(args, axis=1)
-            d = s2[:, 1:] + tf.concat(mins, axis=1)
+            # The minimum, recomputed at the argmin (cheaper than gathering from a block).
+            d = s2[:, 1:] + q_at(all_ends, arg) + gather_rows(e, arg)
             sse.append(gather_rows(d, last))
         else:
-            total = gather_rows(q, last) + e  # [r, n]: the row j = n_valid of the table
+            end = tf.broadcast_to(n_valid[:, None], [r, n])
+            total = q_at(end, tf.broadcast_to(starts_[None, :], [r, n])) + e  # [r, n]: the row j = n_valid
             arg = tf.argmin(total, axis=1, output_type=tf.int32)
             sse.append(gather_rows(s2, n_valid) + gather_rows(total, arg))
         best_cut.append(arg)
