@@ -207,7 +207,7 @@ def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, se
         # Every random number a row's Lloyd runs use is drawn here, per row, before chunking: a
         # row's clusters depend on (seed, its row index) and not on the chunk size.
         draws = tf.random.stateless_uniform(
-            [tf.shape(x)[0], k_max - k_min + 1, lloyd_runs, _draws_per_run(k_min, k_max)],
+            [tf.shape(x)[0], len(_trial_groups(k_min, k_max)), lloyd_runs, _draws_per_run(k_min, k_max)],
             tf.constant([seed, 0], tf.int64), dtype=tf.float64, alg="philox")
         return _chunked(fn, (x, valid, draws), max_table_elements, signature)
 
@@ -300,7 +300,7 @@ def _chunked(fn, inputs, max_table_elements, signature):
 
 def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     """All the work for one block of rows; x float64 [r, n], valid bool [r, n], draws float64
-    [r, K, lloyd_runs, _draws_per_run] uniform numbers for the Lloyd runs.
+    [r, groups, lloyd_runs, _draws_per_run] uniform numbers for the Lloyd runs' seeds.
 
     Returns (labels, k, silhouette, cand_labels, cand_sse, cand_silhouette, cand_eligible, optimal_sse).
     """
@@ -500,13 +500,23 @@ def _counter(xs, in_range, n_valid):
     return count
 
 
+def _trial_groups(k_min: int, k_max: int) -> list[tuple[int, int]]:
+    """(local trials, largest k) per group of the k in [k_min, k_max] that k-means++ seeds alike.
+
+    Greedy k-means++ picks centre c from the first c - 1 alone, with 2 + floor(ln k) trials, so the
+    first k centres of a seeding with that many trials are distributed exactly as a k-centre
+    seeding: one seeding per trial count serves every k of its group (k = 3..20 share 3 trials).
+    """
+    largest: dict[int, int] = {}
+    for k in range(k_min, k_max + 1):
+        trials = 2 + int(math.log(k))
+        largest[trials] = max(largest.get(trials, 0), k)
+    return sorted(largest.items())
+
+
 def _draws_per_run(k_min: int, k_max: int) -> int:
     """Uniform numbers one k-means++ seeding uses: the first centre, then the trials of each next one."""
-    return 1 + (k_max - 1) * _max_trials(k_min, k_max)
-
-
-def _max_trials(k_min: int, k_max: int) -> int:
-    return max(2 + int(math.log(k)) for k in range(k_min, k_max + 1))
+    return 1 + (k_max - 1) * max(trials for trials, _ in _trial_groups(k_min, k_max))
 
 
 def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
@@ -516,64 +526,72 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     As scikit-learn's `_kmeans_plusplus` (Arthur & Vassilvitskii 2007, with 2 + floor(ln k) local
     trials per new centre): the first centre uniform over the values, each next one the best (lowest
     potential, sum of D^2) of the trials drawn with probability proportional to D^2, the squared
-    distance to the nearest centre so far.  `draws` [r, K, runs, _draws_per_run] holds the uniform
-    numbers: draws[..., 0] picks the first centre, the next `max_trials` the trials of centre 1, ...
+    distance to the nearest centre so far.  The k of one trial count share a seeding
+    (`_trial_groups`).  `draws` [r, groups, runs, _draws_per_run] holds the uniform numbers:
+    draws[..., 0] picks the first centre, the next trials' worth centre 1, and so on.
     """
-    ks = list(range(k_min, k_max + 1))
-    num_k = len(ks)
     inf = tf.constant(float("inf"), tf.float64)
-    x = xs[:, None, None, :]  # [r, 1, 1, n]
-    valid = in_range[:, None, None, :]
-    n_end = n_valid[:, None, None, None]
+    groups = _trial_groups(k_min, k_max)
+    ordered = {}  # trial count -> centres in the order drawn [r, runs, largest k of the group]
+    for g, (trials, largest) in enumerate(groups):
+        ordered[trials] = _seed_sequence(xs, s1, s2, in_range, n_valid, draws[:, g], trials, largest)
+    per_k = []
+    for k in range(k_min, k_max + 1):
+        first_k = ordered[2 + int(math.log(k))][..., :k]
+        padding = tf.fill(tf.concat([tf.shape(first_k)[:2], [k_max - k]], axis=0), inf)
+        per_k.append(tf.sort(tf.concat([first_k, padding], axis=2), axis=2))  # +inf last
+    return tf.stack(per_k, axis=1)
+
+
+def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centres):
+    """One greedy k-means++ seeding of `num_centres` centres with `trials` local trials per centre, for
+    every row and run; draws [r, runs, D] uniform numbers.  Returns the centres in the order drawn
+    [r, runs, num_centres]."""
+    inf = tf.constant(float("inf"), tf.float64)
+    x = xs[:, None, :]  # [r, 1, n]
+    valid = in_range[:, None, :]
     r, n = tf.shape(xs)[0], tf.shape(xs)[1]
     count = _counter(xs, in_range, n_valid)
     prefix_moments = tf.stack([s1, s2], axis=2)  # [r, n + 1, 2]
-    trials = [2 + int(math.log(k)) for k in ks]
-    max_trials = _max_trials(k_min, k_max)
-    trial_ok = tf.constant([[t < trials[i] for t in range(max_trials)] for i in range(num_k)])[None, :, None, :]
 
-    first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None, None])
-    first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None, None] - 1)
-    centres = [_at(xs, first[..., None])[..., 0]]
-    closest = tf.where(valid, tf.square(x - centres[0][..., None]), 0.0)  # D^2 [r, K, runs, n]
-    for c in range(1, k_max):
-        cumulative = tf.cumsum(closest, axis=3)
+    first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None])
+    first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None] - 1)
+    centres = [_at(xs, first)]
+    closest = tf.where(valid, tf.square(x - centres[0][..., None]), 0.0)  # D^2 [r, runs, n]
+    for c in range(1, num_centres):
+        cumulative = tf.cumsum(closest, axis=2)
         potential = cumulative[..., -1]
-        u = draws[..., 1 + (c - 1) * max_trials:1 + c * max_trials]  # [r, K, runs, T]
+        u = draws[..., 1 + (c - 1) * trials:1 + c * trials]  # [r, runs, T]
         # Inverse-CDF draw, as numpy.searchsorted(cumsum(D^2), u * potential) does.
-        index = tf.searchsorted(tf.reshape(cumulative, [-1, n]),
-                                tf.reshape(u * potential[..., None], [-1, max_trials]), side="left",
-                                out_type=tf.int32)
-        index = tf.minimum(tf.reshape(index, tf.shape(u)), tf.maximum(n_end, 1) - 1)
-        value = _at(xs, index)  # [r, K, runs, T]
+        index = tf.searchsorted(tf.reshape(cumulative, [-1, n]), tf.reshape(u * potential[..., None], [-1, trials]),
+                                side="left", out_type=tf.int32)
+        index = tf.minimum(tf.reshape(index, tf.shape(u)), tf.maximum(n_valid, 1)[:, None, None] - 1)
+        value = _at(xs, index)  # [r, runs, T]
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
         # between the midpoints to the nearest centres below and above it.  Its potential is the
         # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
-        chosen = tf.stack(centres, axis=3)[..., None, :]  # [r, K, runs, 1, c]
+        chosen = tf.stack(centres, axis=2)[..., None, :]  # [r, runs, 1, c]
         v = value[..., None]
-        below = tf.reduce_max(tf.where(chosen < v, chosen, -inf), axis=4)
-        above = tf.reduce_min(tf.where(chosen > v, chosen, inf), axis=4)
-        duplicate = tf.reduce_any(tf.equal(chosen, v), axis=4)  # a centre already there: no change
+        below = tf.reduce_max(tf.where(chosen < v, chosen, -inf), axis=3)
+        above = tf.reduce_min(tf.where(chosen > v, chosen, inf), axis=3)
+        duplicate = tf.reduce_any(tf.equal(chosen, v), axis=3)  # a centre already there: no change
         # The cell's ends in sorted positions (values on a midpoint are as near v as their centre:
         # either side gives the same potential), then the three prefix sums at both ends at once.
-        ends = count(0.5 * (tf.stack([below, above], axis=-1) + v), "right")  # [r, K, runs, T, 2]
+        ends = count(0.5 * (tf.stack([below, above], axis=-1) + v), "right")  # [r, runs, T, 2]
         ends = tf.stack([ends[..., 0], tf.maximum(ends[..., 1], ends[..., 0])], axis=-1)
         moments = tf.reshape(tf.gather(prefix_moments, tf.reshape(ends, [r, -1]), batch_dims=1),
                              tf.concat([tf.shape(ends), [2]], axis=0))  # [.., T, 2 ends, (S1, S2)]
-        prefix_closest = tf.reshape(tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=3), [-1, n + 1])
-        closest_at = tf.reshape(_at(prefix_closest, tf.reshape(ends, [-1, 2 * max_trials])), tf.shape(ends))
+        prefix_closest = tf.reshape(tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=2), [-1, n + 1])
+        closest_at = tf.reshape(_at(prefix_closest, tf.reshape(ends, [-1, 2 * trials])), tf.shape(ends))
         cell = tf.cast(ends[..., 1] - ends[..., 0], tf.float64)
         sum_x = moments[..., 1, 0] - moments[..., 0, 0]
         sum_x2 = moments[..., 1, 1] - moments[..., 0, 1]
         gain = closest_at[..., 1] - closest_at[..., 0] - (sum_x2 - 2.0 * value * sum_x + value * value * cell)
-        trial_potential = tf.where(trial_ok, potential[..., None] - tf.where(tf.logical_not(duplicate), gain, 0.0), inf)
-        best = tf.argmin(trial_potential, axis=3, output_type=tf.int32)
-        best_value = tf.gather(value, best, batch_dims=3)
-        active = tf.constant([c < k for k in ks])[None, :, None]  # k-clusterings that need centre c
-        closest = tf.where(active[..., None],
-                           tf.minimum(closest, tf.where(valid, tf.square(x - best_value[..., None]), 0.0)), closest)
-        centres.append(tf.where(active, best_value, inf))
-    return tf.sort(tf.stack(centres, axis=3), axis=3)  # +inf last
+        trial_potential = potential[..., None] - tf.where(tf.logical_not(duplicate), gain, 0.0)
+        best_value = tf.gather(value, tf.argmin(trial_potential, axis=2, output_type=tf.int32), batch_dims=2)
+        closest = tf.minimum(closest, tf.where(valid, tf.square(x - best_value[..., None]), 0.0))
+        centres.append(best_value)
+    return tf.stack(centres, axis=2)
 
 
 def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
