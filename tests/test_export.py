@@ -12,18 +12,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from shared_runs import production_run  # tests/ is on sys.path under pytest
+from serving_script import run_python, serve_in_fresh_python  # tests/ is on sys.path under pytest
+from shared_runs import production_run
 
 
 @pytest.fixture(scope="module")
 def prod_run(tiny_synthetic, tmp_path_factory):
     return production_run(tiny_synthetic, tmp_path_factory)
-
-
-def _python(script, *args, cwd, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout)
 
 
 def _saved_model_cli(export_dir, cwd):
@@ -63,33 +58,6 @@ def test_saved_model_cli_lists_the_three_signatures(prod_run, tmp_path):
     assert all("Method name is: tensorflow/serving/predict" in block for block in blocks.values())
 
 
-SERVE = textwrap.dedent("""
-    import sys, json, numpy as np
-    import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
-    loaded = tf.saved_model.load(sys.argv[1])
-    captions = tf.constant(json.loads(sys.argv[2]))
-    images = tf.constant([open(p, "rb").read() for p in json.loads(sys.argv[3])])
-    text = loaded.signatures["encode_text"](captions=captions)["embeddings"].numpy()
-    image = loaded.signatures["encode_image"](images=images)["embeddings"].numpy()
-    scores = loaded.signatures["score"](captions=captions, images=images)["scores"].numpy()
-
-    def error(signature, **inputs):
-        try:
-            loaded.signatures[signature](**inputs)
-        except tf.errors.InvalidArgumentError as failure:
-            return str(failure)
-        return "accepted"
-
-    errors = {
-        "empty": error("encode_text", captions=tf.constant(["a red circle", "  ", "a square"])),
-        "not_image": error("encode_image", images=tf.constant([images.numpy()[0], b"this is not an image"])),
-        "truncated": error("encode_image", images=tf.constant([images.numpy()[0][:40]])),
-        "score_not_image": error("score", captions=captions, images=tf.constant([b""])),
-    }
-    assert not any(name == "kitm" or name.startswith("kitm.") for name in sys.modules), "kitm was imported"
-    np.savez(sys.argv[4], text=text, image=image, scores=scores)
-    print(json.dumps(errors))
-""")
 
 
 @pytest.mark.slow
@@ -114,8 +82,8 @@ def test_served_embeddings_equal_the_keras_model_and_bad_inputs_are_named(prod_r
     Image.fromarray(np.concatenate([world.images[2], world.images[3][:, :8]], axis=1)).save(paths[-1], quality=95)
     captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words"]
     out = tmp_path / "served.npz"
-    result = _python(SERVE, run_dir / "export" / "1", json.dumps(captions), json.dumps([str(p) for p in paths]), out,
-                     cwd=tmp_path)
+    result = serve_in_fresh_python(run_dir / "export" / "1", json.dumps(captions),
+                                   json.dumps([str(p) for p in paths]), out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
     assert "encode_text: every caption must contain text" in errors["empty"] and "[1]" in errors["empty"]
@@ -186,7 +154,7 @@ def test_versions_never_overwrite_and_feature_widths_are_checked_in_the_graph(tm
 
     features = np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)
     np.save(tmp_path / "features.npy", features)
-    result = _python(FEATURES, base / "8", tmp_path / "features.npy", tmp_path / "served.npy", cwd=tmp_path)
+    result = run_python(FEATURES, base / "8", tmp_path / "features.npy", tmp_path / "served.npy", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     wrong = json.loads(result.stdout.strip().splitlines()[-1])["wrong"]
     assert "encode_image: features must be float32 [N, 8]" in wrong and "got width] [5]" in wrong.replace("\n", " ")

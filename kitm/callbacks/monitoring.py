@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kitm.models.inference import encode_images
+from kitm.models.inference import paired_encoder
 from kitm.ops.similarity import negative_mask
 
 PROJECTOR_DIR = "projector"
@@ -159,23 +159,9 @@ class ProjectorCallback(keras.callbacks.Callback):
         self.every_epochs = int(every_epochs)
         self.written_epoch: int | None = None
         self.last_epoch: int | None = None
-        self._encode = None
-
-    def _encoder(self):
-        if self._encode is None or self._encode[0] is not self.model:
-            model = self.model
-
-            @tf.function(reduce_retracing=True)
-            def encode(images, tokens):
-                shape = tf.shape(tokens)
-                return encode_images(model, images), model.encode_text(tf.reshape(tokens, [-1, shape[-1]]))
-
-            self._encode = (model, encode)
-        return self._encode[1]
 
     def write(self, epoch: int) -> pathlib.Path:
         """Embed the subset and write the projector files for 1-based epoch `epoch`."""
-        encode = self._encoder()
         images, texts, captions = [], [], []
         seen = 0
         for batch in self.dataset:
@@ -184,6 +170,7 @@ class ProjectorCallback(keras.callbacks.Callback):
                 break
             batch = {key: value[:keep] for key, value in batch.items()}
             seen += int(tf.shape(batch["image"])[0])
+            encode = paired_encoder(self.model, batch["image"].shape.rank)
             image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])
             images.append(image_embeddings.numpy())
             texts.append(text_embeddings.numpy())

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from kitm.eval.ranking import top_k_indices
 from kitm.eval.report import build_report, flatten_figures, rsum
-from kitm.models.inference import encode_images
+from kitm.models.inference import paired_encoder
 
 RelevanceFn = Callable[[Sequence[str], int], np.ndarray]
 
@@ -59,8 +59,9 @@ class RetrievalEvaluation(keras.callbacks.Callback):
     """Every `every_epochs` epochs: embed `dataset`, evaluate retrieval, log it (module docstring).
 
     Args:
-      dataset: a ``kitm.data.pipeline.evaluation_dataset`` (elements with "image" [B, H, W, 3],
-        test-time crops [B, N, H, W, 3] (embeddings averaged) or features [B, F], "tokens" [B, C, T] and "captions" [B, C]), every image once.
+      dataset: a ``kitm.data.pipeline.evaluation_dataset`` (elements with "image" [B, H, W, 3], test-time
+        crops [B, N, H, W, 3] (embeddings averaged) or features [B, F], "tokens" [B, C, T] and "captions"
+        [B, C]), every image once.
       captions_per_image: C.
       every_epochs: evaluate after epochs every_epochs, 2 * every_epochs, ...
       prefix: prefix of the log keys ("val_": Keras' TensorBoard callback routes them to its
@@ -119,31 +120,15 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self.last_report: dict | None = None
         self._last_embedded: dict | None = None
         self._last_sims: np.ndarray | None = None
-        self._encode = None
         self._writer = None
 
     # ---- embedding -------------------------------------------------------------------------------
-
-    def _encoder(self):
-        # One compiled function per model, kept across evaluations (a new one would retrace every time).
-        if self._encode is None or self._encode[0] is not self.model:
-            model = self.model
-
-            @tf.function(reduce_retracing=True)
-            def encode(images, tokens):
-                shape = tf.shape(tokens)
-                text = model.encode_text(tf.reshape(tokens, [-1, shape[-1]]), training=False)
-                return encode_images(model, images), text
-
-            self._encode = (model, encode)
-        return self._encode[1]
 
     def _wants_thumbnails(self) -> bool:
         return self.log_dir is not None and self.image_queries > 0
 
     def _embed(self) -> dict[str, object]:
         """Embeddings, captions and thumbnails of the evaluated images, in dataset order."""
-        encode = self._encoder()
         images, texts, captions, thumbnails = [], [], [], []
         seen = 0
         want_captions = self.relevance_fn is not None or self._wants_thumbnails()
@@ -155,7 +140,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
                     break
                 batch = {key: value[:keep] for key, value in batch.items()}
                 pixels = batch["image"]
-            image_embeddings, text_embeddings = encode(pixels, batch["tokens"])
+            # One compiled function per model, kept across evaluations (a new one would retrace every time).
+            image_embeddings, text_embeddings = paired_encoder(self.model, pixels.shape.rank)(pixels, batch["tokens"])
             images.append(image_embeddings.numpy())
             texts.append(text_embeddings.numpy())
             seen += images[-1].shape[0]

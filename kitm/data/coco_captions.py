@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split, image_file_input,
-                                        image_files, image_neighbor_parameters, read_json, relevance_sources,
+                                        image_files, build_parameters, read_json,
                                         write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.data.karpathy import read_karpathy_images
@@ -115,13 +115,11 @@ def build_coco_captions(out: str | os.PathLike, caption_files: Sequence[str | os
     absent = 0
     if images_dir is not None:
         entries, absent = drop_missing_images(entries, images_dir, missing_images, str(karpathy_json))
-    parameters = {"dataset": "coco_captions", "coco_captions": [os.path.abspath(p) for p in caption_files],
-                  "karpathy_json": os.path.abspath(karpathy_json),
-                  "images": os.path.abspath(images_dir) if images_dir is not None else None,
-                  "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
-                  "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
-                  **image_neighbor_parameters(image_neighbors)}
+    parameters = build_parameters(
+        "coco_captions", num_shards=num_shards, empty_captions=empty_captions, few_captions=few_captions, limit=limit,
+        relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, image_neighbors=image_neighbors,
+        coco_captions=[os.path.abspath(p) for p in caption_files], karpathy_json=os.path.abspath(karpathy_json),
+        images=os.path.abspath(images_dir) if images_dir is not None else None, missing_images=missing_images)
     image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="coco", parameters=parameters, image_mode=image_mode, image_of=image_of,

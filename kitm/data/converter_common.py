@@ -183,6 +183,17 @@ def image_file_input(images_dir: str | os.PathLike | None) -> Callable[[str, Seq
     return lambda split, entries: ImageFiles([str(images / entry.location) for entry in entries])
 
 
+def build_parameters(dataset: str, *, num_shards: int, empty_captions: str, few_captions: str, limit: int | None,
+                     relevance: Sequence[str] | str, sentence_model: str, neighbors_k: int,
+                     image_neighbors: ImageNeighborOptions | None, **source: Any) -> dict[str, Any]:
+    """The parameters a converter's build is resumed under (<out>/.cache/build.json): its own `source` entries
+    plus those every converter shares."""
+    return {"dataset": dataset, **source, "num_shards": num_shards, "empty_captions": empty_captions,
+            "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
+            "sentence_model": sentence_model, "neighbors_k": neighbors_k,
+            **image_neighbor_parameters(image_neighbors)}
+
+
 def image_neighbor_parameters(image_neighbors: ImageNeighborOptions | None) -> dict[str, Any]:
     """The build-parameter entry of the image-space neighbour rows; empty when there are none, so that builds
     made before the option existed resume under the same parameters."""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split, image_file_input,
-                                        image_files, image_neighbor_parameters, read_text_lines, relevance_sources,
+                                        image_files, build_parameters, read_text_lines,
                                         write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.relevance.image_features import ImageNeighborOptions
@@ -115,12 +115,11 @@ def build_flickr8k(out: str | os.PathLike, flickr8k_dir: str | os.PathLike, imag
     if images_dir is not None:
         entries, absent = drop_missing_images(entries, images_dir, missing_images,
                                               str(pathlib.Path(flickr8k_dir) / TOKEN_FILE))
-    parameters = {"dataset": "flickr8k", "flickr8k_dir": os.path.abspath(flickr8k_dir),
-                  "images": os.path.abspath(images_dir) if images_dir is not None else None,
-                  "num_shards": num_shards, "missing_images": missing_images, "empty_captions": empty_captions,
-                  "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
-                  **image_neighbor_parameters(image_neighbors)}
+    parameters = build_parameters(
+        "flickr8k", num_shards=num_shards, empty_captions=empty_captions, few_captions=few_captions, limit=limit,
+        relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, image_neighbors=image_neighbors,
+        flickr8k_dir=os.path.abspath(flickr8k_dir),
+        images=os.path.abspath(images_dir) if images_dir is not None else None, missing_images=missing_images)
     image_mode, image_of = image_files(images_dir)
     return write_dataset(
         out, entries, name="flickr8k", parameters=parameters, image_mode=image_mode, image_of=image_of,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, image_file_input,
-                                        image_neighbor_parameters, limit_per_split, read_image_bytes, read_json,
-                                        relevance_sources, write_dataset)
+                                        build_parameters, limit_per_split, read_image_bytes, read_json,
+                                        write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
@@ -85,12 +85,11 @@ def build_karpathy(out: str | os.PathLike, json_path: str | os.PathLike, images_
     rules = CaptionRules(captions_per_image, empty=empty_captions, few=few_captions)
     entries = limit_per_split(load_karpathy_entries(json_path, rules), limit)
     entries, absent = drop_missing_images(entries, images_dir, missing_images, str(json_path))
-    parameters = {"dataset": "karpathy", "karpathy_json": os.path.abspath(json_path),
-                  "images": os.path.abspath(images_dir), "num_shards": num_shards, "missing_images": missing_images,
-                  "captions_per_image": captions_per_image, "empty_captions": empty_captions,
-                  "few_captions": few_captions, "limit": limit, "relevance": list(relevance_sources(relevance)),
-                  "sentence_model": sentence_model, "neighbors_k": neighbors_k,
-                  **image_neighbor_parameters(image_neighbors)}
+    parameters = build_parameters(
+        "karpathy", num_shards=num_shards, empty_captions=empty_captions, few_captions=few_captions, limit=limit,
+        relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, image_neighbors=image_neighbors,
+        karpathy_json=os.path.abspath(json_path), images=os.path.abspath(images_dir),
+        missing_images=missing_images, captions_per_image=captions_per_image)
     return write_dataset(
         out, entries, name=pathlib.Path(out).name, parameters=parameters, image_mode="encoded",
         image_of=lambda entry: {"image_encoded": read_image_bytes(images_dir / entry.location)},

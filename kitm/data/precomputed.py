@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from kitm.data import schema
-from kitm.data.converter_common import (CaptionRules, Entry, image_neighbor_parameters, limit_per_split,
-                                        read_text_lines, relevance_sources, write_dataset)
+from kitm.data.converter_common import (CaptionRules, Entry, build_parameters, limit_per_split,
+                                        read_text_lines, write_dataset)
 from kitm.data.errors import KitmDataError
 from kitm.relevance.image_features import ImageNeighborOptions, StoredFeatures
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
@@ -154,10 +154,10 @@ def build_precomputed(out: str | os.PathLike, features_dir: str | os.PathLike, n
     row_shape = next(iter(opened.values())).features.shape[1:]
     image_mode = "feature" if len(row_shape) == 1 else "regions"
     argument = "image_feature" if image_mode == "feature" else "image_regions"
-    parameters = {"dataset": "precomputed", "features": os.path.abspath(folder), "num_shards": num_shards,
-                  "empty_captions": empty_captions, "few_captions": few_captions, "limit": limit,
-                  "relevance": list(relevance_sources(relevance)), "sentence_model": sentence_model,
-                  "neighbors_k": neighbors_k, **image_neighbor_parameters(image_neighbors)}
+    parameters = build_parameters(
+        "precomputed", num_shards=num_shards, empty_captions=empty_captions, few_captions=few_captions, limit=limit,
+        relevance=relevance, sentence_model=sentence_model, neighbors_k=neighbors_k, image_neighbors=image_neighbors,
+        features=os.path.abspath(folder))
 
     def image_input(split, split_entries):
         # One row per image, or VSE++'s five equal repeats of which the first is taken (as image_features does).

@@ -34,7 +34,9 @@ def encode_images(model, images, training=False):
     return tf.math.l2_normalize(tf.reduce_mean(embeddings, axis=1), axis=-1)
 
 
-def _encoder(model, rank: int):
+def paired_encoder(model, rank: int):
+    """The model's compiled (images, tokens [..., L]) -> (image embeddings, caption embeddings) function for images
+    of rank `rank`, one per model and rank, kept across calls (see `_ENCODERS`)."""
     per_rank = _ENCODERS.setdefault(model, {})
     if rank not in per_rank:
         @tf.function(reduce_retracing=True)
@@ -56,7 +58,7 @@ def embed_dataset(model, dataset: tf.data.Dataset, *, progress: bool = False, to
     images, texts, indices = [], [], []
     bar = tqdm(total=total, desc="embedding", unit="image", disable=not progress, leave=False)
     for batch in dataset:
-        encode = _encoder(model, batch["image"].shape.rank)
+        encode = paired_encoder(model, batch["image"].shape.rank)
         image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])
         images.append(image_embeddings.numpy())
         texts.append(text_embeddings.numpy())

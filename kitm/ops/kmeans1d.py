@@ -664,7 +664,6 @@ def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
     xs [r, n] sorted values, s1 [r, n+1] their prefix sums, run [r, K, n] each point's run index
     per candidate, starts/ends [r, K, C] run bounds (empty runs allowed and ignored).  Returns [r, K].
     """
-    r = tf.shape(xs)[0]
     n = tf.shape(xs)[1]
     num_runs = tf.shape(starts)[2]
     t = tf.range(n)[None, None, :, None]
