@@ -163,9 +163,10 @@ class ReclusterableLadderLoss(LadderLoss):
     def __init__(self, thresholds: Sequence[float] = (0.40,), margins: Sequence[float] = (0.2, 0.01),
                  betas: Sequence[float] = (1.0, 0.25), cumulative: bool = False,
                  sample_size: int = DEFAULT_SAMPLE_SIZE, seed: int = 0, name: str = "ladder",
-                 reduction: str = "sum", dtype=None):
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, max_violation: bool = True):
         super().__init__(thresholds=thresholds, margins=margins, betas=betas, cumulative=cumulative, name=name,
-                         reduction=reduction, dtype=dtype)
+                         reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
+                         max_violation=max_violation)
         if not self.thresholds:
             raise ValueError("ReclusterableLadderLoss needs at least one threshold (two ladder levels).")
         self.threshold_variable = tf.Variable(np.asarray(self.thresholds, np.float32), trainable=False,

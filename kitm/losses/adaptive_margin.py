@@ -229,17 +229,20 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
       sampling: "random" (the paper, Sec. 4.1), "hardest" (closest), "easiest" (furthest) or "all".
       squared: squared L2 distances instead of L2.
       seed: op seed of the random sampler (None: nondeterministic).
+      hardest_warmup_steps: with `sampling="hardest"`, random negatives for this many training steps first
+        (kitm.losses.base, "Hardest-negative warm-up").
     State (create the loss inside `strategy.scope()`): `margin_x`, `margin_y` (non-trainable variables,
     assigned by `kitm.callbacks.AdaptiveMarginCallback`) and the satisfied/used counters read by
     `statistics()`. Terms: "i2t", "t2i".
     """
 
     term_names = ("i2t", "t2i")
+    has_hardest_negatives = True
 
     def __init__(self, margin_x: float = 0.2, margin_y: float = 0.2, sampling: str = "random",
                  squared: bool = False, seed: int | None = None, name: str = "adaptive_triplet",
-                 reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
         if sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be one of {SAMPLINGS}; got {sampling!r}.")
         self.initial_margins = (_check_margin("margin_x", margin_x), _check_margin("margin_y", margin_y))
@@ -258,10 +261,11 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
         scores = -pairwise_l2_distances(tf.stop_gradient(image), tf.stop_gradient(text), self.squared)
         negative = negative_mask(scores, image_index)
         mode = {"random": "random", "hardest": "hardest", "easiest": "easiest"}[self.sampling]
-        captions = samplers.sample_negatives(scores, negative, mode, axis=1, seed=self.seed)
+        hardest_on = self.hardest_negatives_on() if mode == "hardest" else True
+        captions = samplers.sample_negatives(scores, negative, mode, axis=1, seed=self.seed, hardest_on=hardest_on)
         # A different op seed for the other direction, so the two draws are independent.
         images = samplers.sample_negatives(scores, negative, mode, axis=0,
-                                           seed=None if self.seed is None else self.seed + 1)
+                                           seed=None if self.seed is None else self.seed + 1, hardest_on=hardest_on)
         return captions.indices, images.indices
 
     def compute_terms(self, y_true, y_pred):

@@ -1,13 +1,24 @@
 """Angular loss (Wang et al., ICCV 2017) in N-pair symmetric form, and the semantic-neighbourhood loss
 of Thomas & Kovashka (ECCV 2020; seed 004).
 
-METHODS.md, "Semantic neighborhoods". For an anchor a, its positive p, a negative n and C = (a + p) / 2,
+METHODS.md, "Semantic neighborhoods". Two forms (`form=`), angle = 45 degrees by default:
 
-    L_ang(a, p, n) = [ |a - p|^2 - 4 tan^2(angle) |n - C|^2 ]+,          angle = 45 degrees by default,
+- `"npair"` (the default; Wang et al.'s N-pair angular loss, what seed 004's authors' code trains), over the
+  in-batch negatives n of anchor a with positive p:
 
-summed over every in-batch negative of the anchor (N-pairs, seed 004 Eq. 3). This is the hinge form of
-seed 004 Eq. 2 (METHODS.md), not the log-sum-exp form of Wang et al.'s N-pair angular loss that the
-authors' code uses. Symmetric (Eq. 4): image -> text plus text -> image.
+      L_ang(a, p) = log( 1 + sum_n exp( 4 tan^2(angle) (a + p)^T n - 2 (1 + tan^2(angle)) a^T p ) )
+
+  At collapse (every embedding the same unit vector) it is log(1 + N e^4) at 45 degrees, far from its
+  minimum, so the loss pushes the embeddings apart.
+- `"hinge"` (seed 004 Eq. 2 as printed), with C = (a + p) / 2, summed over the negatives (Eq. 3):
+
+      L_ang(a, p, n) = [ |a - p|^2 - 4 tan^2(angle) |n - C|^2 ]+
+
+  Degenerate on its own with unit embeddings: when all embeddings are the same vector every term is 0, so
+  collapse is a global minimum (measured: the neighbourhood flagfile on the synthetic world ended at chance
+  with its loss at 0.015). Kept as an option for comparison with the paper's equation, never the default.
+
+Symmetric (Eq. 4): image -> text plus text -> image.
 
 The neighbourhood loss (Eq. 8) adds two within-modality terms built from a semantic neighbour i' of
 each pair i (drawn by the input pipeline from the precomputed k = 200 neighbours and given as its
@@ -29,9 +40,11 @@ of the text space): the pipeline fills `neighbor_position` from the records' `im
 (`PipelineConfig.neighbor_space="image"`, the launcher's `--neighbor_space=image`; the rows are built by
 `kitm.relevance.image_features`), and `neighbor_space` records it in the config.
 
-Example (hand-computed, angle 45 degrees so 4 tan^2 = 4): a = (1, 0), p = (0, 1), n = (-1, 0):
-|a - p|^2 = 2, C = (0.5, 0.5), |n - C|^2 = 1.5^2 + 0.5^2 = 2.5, L = [2 - 4 * 2.5]+ = 0; with n = (0.6, 0.8):
-|n - C|^2 = 0.01 + 0.09 = 0.1, L = [2 - 0.4]+ = 1.6.
+Example (hand-computed, angle 45 degrees so 4 tan^2 = 4 and 2 (1 + tan^2) = 4): a = (1, 0), p = (0, 1).
+Hinge: n = (-1, 0): |a - p|^2 = 2, C = (0.5, 0.5), |n - C|^2 = 1.5^2 + 0.5^2 = 2.5, L = [2 - 4 * 2.5]+ = 0;
+with n = (0.6, 0.8): |n - C|^2 = 0.01 + 0.09 = 0.1, L = [2 - 0.4]+ = 1.6.
+N-pair with the two negatives n1 = (-1, 0), n2 = (0.6, 0.8): a^T p = 0, (a + p)^T n1 = -1, (a + p)^T n2 = 1.4,
+L = log(1 + e^-4 + e^5.6) = 5.6038...
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from kitm.losses.base import RetrievalLoss
 from kitm.ops import similarity as sim_ops
 
 BASES = ("angular", "triplet")
+FORMS = ("npair", "hinge")
 NEIGHBOR_SPACES = ("text", "image")
 DEFAULT_WEIGHTS = {"angular": (0.2, 0.3), "triplet": (0.3, 0.1)}
 
@@ -103,11 +117,19 @@ def _sum_over_negatives(values, negative_mask):
     return tf.reduce_sum(tf.where(negative_mask, values, tf.zeros_like(values)), axis=1)
 
 
-def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 45.0,
-                 negative_mask=None) -> tf.Tensor:
-    """N-pair angular loss per anchor [B]: `sum_j [ |a_i - p_i|^2 - 4 tan^2(angle) |n_j - C_i|^2 ]+`.
+def _check_form(form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS} (npair: log-sum-exp, hinge: seed 004 Eq. 2); got {form!r}.")
+    return form
 
-    C_i = (a_i + p_i) / 2 (Wang et al. 2017; seed 004 Eqs. 2-3; METHODS.md).
+
+def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 45.0,
+                 negative_mask=None, form: str = "npair") -> tf.Tensor:
+    """N-pair angular loss per anchor [B] (Wang et al. 2017; seed 004 Eqs. 2-3; METHODS.md).
+
+    `form="npair"` (default): `log(1 + sum_j exp(4 tan^2 (a_i + p_i)^T n_j - 2 (1 + tan^2) a_i^T p_i))`;
+    `form="hinge"`: `sum_j [ |a_i - p_i|^2 - 4 tan^2(angle) |n_j - C_i|^2 ]+` with C_i = (a_i + p_i) / 2
+    (collapse is a global minimum of the hinge form: module docstring). An anchor without negatives gives 0.
 
     Args:
       anchors, positives: [B, D]; row i is a pair.
@@ -115,9 +137,19 @@ def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 4
       angle_degrees: the angle bound, in (0, 90) degrees.
       negative_mask: optional bool [B, N], True where pool item j is a negative of anchor i; default
         every j != i when `negatives` is None, every pool item otherwise.
+      form: "npair" or "hinge".
     """
     tan2 = math.tan(math.radians(_check_angle(angle_degrees))) ** 2
+    form = _check_form(form)
     anchors, positives, pool, negative_mask = _pool_and_mask(anchors, positives, negatives, negative_mask)
+    if form == "npair":
+        logits = (4 * tan2 * tf.matmul(anchors + positives, pool, transpose_b=True)
+                  - 2 * (1 + tan2) * tf.reduce_sum(anchors * positives, axis=1)[:, None])
+        # log(1 + sum exp) as a log-sum-exp with a 0 logit; masked entries get a finite floor (not -inf) so
+        # that neither the value nor the gradient can turn NaN when an anchor has no negative.
+        floor = tf.fill(tf.shape(logits), tf.constant(-1e9, logits.dtype))
+        logits = tf.concat([tf.zeros_like(logits[:, :1]), tf.where(negative_mask, logits, floor)], axis=1)
+        return tf.reduce_logsumexp(logits, axis=1)
     pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)  # |a - p|^2, [B]
     centre = (anchors + positives) / 2
     # |n_j - C_i|^2 expanded, so that no [B, N, D] tensor is formed.
@@ -174,29 +206,33 @@ class AngularLoss(RetrievalLoss):
     """Symmetric N-pair angular loss `L_ang^{NP+SYM}` (seed 004 Eq. 4): image -> text plus text -> image.
 
     Negatives of pair i are the other rows, except samples of the same image when
-    `y_true["image_index"]` is given. Terms: "i2t" (image anchors, caption negatives) and "t2i"
-    (caption anchors, image negatives).
+    `y_true["image_index"]` is given. `form`: "npair" (log-sum-exp, default) or "hinge" (seed 004 Eq. 2;
+    collapse is its global minimum, module docstring). Terms: "i2t" (image anchors, caption negatives) and
+    "t2i" (caption anchors, image negatives).
     """
 
     term_names = ("i2t", "t2i")
 
-    def __init__(self, angle_degrees: float = 45.0, name: str = "angular", reduction: str = "sum", dtype=None):
+    def __init__(self, angle_degrees: float = 45.0, name: str = "angular", reduction: str = "sum", dtype=None,
+                 form: str = "npair"):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.angle_degrees = _check_angle(angle_degrees)
+        self.form = _check_form(form)
 
     def compute_terms(self, y_true, y_pred):
         image, text = _image_and_text(self, y_pred)
         is_negative = sim_ops.negative_mask(tf.matmul(image, text, transpose_b=True),
                                             self.optional(y_true, "image_index"))
         return {
-            "i2t": angular_loss(image, text, text, angle_degrees=self.angle_degrees, negative_mask=is_negative),
+            "i2t": angular_loss(image, text, text, angle_degrees=self.angle_degrees, negative_mask=is_negative,
+                                form=self.form),
             "t2i": angular_loss(text, image, image, angle_degrees=self.angle_degrees,
-                                negative_mask=tf.transpose(is_negative)),
+                                negative_mask=tf.transpose(is_negative), form=self.form),
         }
 
     def get_config(self):
         config = super().get_config()
-        config.update(angle_degrees=self.angle_degrees)
+        config.update(angle_degrees=self.angle_degrees, form=self.form)
         return config
 
 
@@ -210,8 +246,9 @@ class NeighborhoodAngularLoss(RetrievalLoss):
     Args:
       alpha, beta: weights of L_text and L_img; None gives the paper's (0.2, 0.3) for `base="angular"`
         and (0.3, 0.1) for `base="triplet"`.
-      base: "angular" (Wang et al. hinge, `angle_degrees`) or "triplet" (squared-distance triplet with
-        `margin`), used for all three parts.
+      base: "angular" (Wang et al., `angle_degrees`, in the `form` given) or "triplet" (squared-distance
+        triplet with `margin`), used for all three parts.
+      form: the angular base's form, "npair" (log-sum-exp, default) or "hinge" (module docstring).
       angle_degrees: angle bound of the angular form (45).
       margin: margin of the triplet form (0.2).
       neighbor_space: "text" (the paper's main method: neighbours in a text-only space) or "image" (its
@@ -224,7 +261,7 @@ class NeighborhoodAngularLoss(RetrievalLoss):
 
     def __init__(self, alpha: float | None = None, beta: float | None = None, base: str = "angular",
                  angle_degrees: float = 45.0, margin: float = 0.2, neighbor_space: str = "text",
-                 name: str = "neighborhood_angular", reduction: str = "sum", dtype=None):
+                 name: str = "neighborhood_angular", reduction: str = "sum", dtype=None, form: str = "npair"):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         if base not in BASES:
             raise ValueError(f"base must be one of {BASES}; got {base!r}.")
@@ -239,6 +276,7 @@ class NeighborhoodAngularLoss(RetrievalLoss):
             if not weight >= 0:
                 raise ValueError(f"{weight_name} must be >= 0; got {weight}.")
         self.angle_degrees = _check_angle(angle_degrees)
+        self.form = _check_form(form)
         self.margin = float(margin)
         if self.margin < 0:
             raise ValueError(f"margin must be >= 0; got {self.margin}.")
@@ -246,7 +284,7 @@ class NeighborhoodAngularLoss(RetrievalLoss):
     def _loss(self, anchors, positives, negatives, negative_mask):
         if self.base == "angular":
             return angular_loss(anchors, positives, negatives, angle_degrees=self.angle_degrees,
-                                negative_mask=negative_mask)
+                                negative_mask=negative_mask, form=self.form)
         return squared_distance_triplet_loss(anchors, positives, negatives, margin=self.margin,
                                              negative_mask=negative_mask)
 
@@ -291,5 +329,5 @@ class NeighborhoodAngularLoss(RetrievalLoss):
     def get_config(self):
         config = super().get_config()
         config.update(alpha=self.alpha, beta=self.beta, base=self.base, angle_degrees=self.angle_degrees,
-                      margin=self.margin, neighbor_space=self.neighbor_space)
+                      margin=self.margin, neighbor_space=self.neighbor_space, form=self.form)
         return config

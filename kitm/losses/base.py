@@ -13,6 +13,17 @@ Inputs of every loss class:
 
 Reduction defaults to `"sum"`, because the papers' losses are sums over the batch (METHODS.md), and
 their margins and the VSE++ gradient clip (2.0) are tuned for sums.
+
+Hardest-negative warm-up. A hardest-negative term (VSE++ `max_violation`, the ladder's first rung, a
+`hardest` sampler) gives an encoder that starts from random weights one gradient per anchor, towards its
+currently closest negative; early in training that negative is arbitrary and the embeddings can collapse
+into one point, where every hinge equals its margin and the gradient vanishes (the ladder flagfiles did so on
+the synthetic world). VSE++ practice (Faghri et al. 2018 train from a pretrained CNN; VSE-infinity, Chen et al.
+2021, `--vse_mean_warmup_epochs`) is to start from the sum over negatives and switch to the hardest one after a
+warm-up. A loss whose class sets `has_hardest_negatives` takes `hardest_warmup_steps`: for the first that many
+training steps its hardest-negative terms use the sum over negatives (a max becomes a sum) and its `hardest`
+samplers draw a random negative instead. The step is the model optimizer's `iterations`, bound by
+`DualEncoder.compile` (`bind_training_step`), so a resumed run continues the warm-up where it stopped.
 """
 
 from __future__ import annotations
@@ -54,9 +65,34 @@ class RetrievalLoss(keras.losses.Loss):
     """Base class: subclasses implement `compute_terms` and list their `term_names`."""
 
     term_names: tuple[str, ...] = ("loss",)
+    has_hardest_negatives = False  # True where hardest_warmup_steps means something (module docstring)
 
-    def __init__(self, name: str, reduction: str = "sum", dtype=None):
+    def __init__(self, name: str, reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if isinstance(hardest_warmup_steps, bool) or int(hardest_warmup_steps) != hardest_warmup_steps \
+                or hardest_warmup_steps < 0:
+            raise ValueError(f"hardest_warmup_steps must be an integer >= 0; got {hardest_warmup_steps!r}.")
+        if hardest_warmup_steps and not self.has_hardest_negatives:
+            raise ValueError(f"{type(self).__name__} has no hardest-negative term to warm up; "
+                             f"got hardest_warmup_steps={hardest_warmup_steps}.")
+        self.hardest_warmup_steps = int(hardest_warmup_steps)
+        self._training_step = None
+
+    def bind_training_step(self, step) -> None:
+        """Count the hardest-negative warm-up in `step` (a scalar integer variable, e.g. an optimizer's
+        `iterations`); `DualEncoder.compile` binds its optimizer's."""
+        self._training_step = step
+
+    def hardest_negatives_on(self):
+        """Whether hardest-negative terms are in force: True without a warm-up, else a scalar bool tensor,
+        False for the first `hardest_warmup_steps` training steps (module docstring)."""
+        if not self.hardest_warmup_steps:
+            return True
+        if self._training_step is None:
+            raise ValueError(f"{type(self).__name__}(hardest_warmup_steps={self.hardest_warmup_steps}) needs the "
+                             "training step: compile it into a kitm DualEncoder, or call "
+                             "loss.bind_training_step(optimizer.iterations).")
+        return tf.convert_to_tensor(self._training_step) >= self.hardest_warmup_steps
 
     def compute_terms(self, y_true, y_pred: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Return {term name: per-row values [B]}; their sum is the loss."""
@@ -79,6 +115,12 @@ class RetrievalLoss(keras.losses.Loss):
                 values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
             return scale_for_replicas(reduce_per_row(values, self.reduction), self.reduction)
 
+    def get_config(self):
+        config = super().get_config()
+        if self.has_hardest_negatives:
+            config["hardest_warmup_steps"] = self.hardest_warmup_steps
+        return config
+
     @staticmethod
     def similarity(y_pred: Mapping[str, tf.Tensor]) -> tf.Tensor:
         if not isinstance(y_pred, Mapping) or "image" not in y_pred or "text" not in y_pred:
@@ -97,3 +139,11 @@ class RetrievalLoss(keras.losses.Loss):
         if isinstance(y_true, Mapping):
             return y_true.get(key)
         return None
+
+
+def hardest_or_sum(hardest: tf.Tensor, total: tf.Tensor, hardest_on) -> tf.Tensor:
+    """`hardest` where the hardest-negative terms are in force (`hardest_on`, a Python bool or a scalar bool
+    tensor from `RetrievalLoss.hardest_negatives_on`), else `total` (the sum over negatives)."""
+    if isinstance(hardest_on, bool):
+        return hardest if hardest_on else total
+    return tf.where(hardest_on, hardest, total)

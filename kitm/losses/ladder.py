@@ -42,7 +42,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, hardest_or_sum
 from kitm.losses.samplers import hard_contrastive, masked_max
 from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 from kitm.ops.similarity import negative_mask
@@ -111,13 +111,21 @@ def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None) -
     return tf.where(positive, tf.zeros_like(levels), levels)
 
 
-def _query_ladders(similarity, levels, margins, cumulative):
+def _query_ladders(similarity, levels, margins, cumulative, first_hardest=True):
     """Ladder hinges of the queries along axis 1 of `similarity`/`levels` (rows are queries): a list of
-    L tensors [B], unweighted."""
+    L tensors [B], unweighted. `first_hardest` False (or a False bool tensor): the first rung sums its hinge
+    over N_>=1 instead of taking the hardest negative (the warm-up of kitm.losses.base)."""
     positive = tf.linalg.diag_part(similarity)
     hinges = []
-    first_max, has_negative = masked_max(similarity, levels >= 1, axis=1)
-    hinges.append(tf.where(has_negative, tf.nn.relu(margins[0] - positive + first_max), tf.zeros_like(positive)))
+    negatives = levels >= 1
+    first_max, has_negative = masked_max(similarity, negatives, axis=1)
+    hardest = tf.where(has_negative, tf.nn.relu(margins[0] - positive + first_max), tf.zeros_like(positive))
+    if first_hardest is True:
+        hinges.append(hardest)
+    else:
+        every = tf.nn.relu(margins[0] - positive[:, None] + similarity)
+        total = tf.reduce_sum(tf.where(negatives, every, tf.zeros_like(every)), axis=1)
+        hinges.append(hardest_or_sum(hardest, total, first_hardest))
     for l in range(2, len(margins) + 1):
         farther = levels >= l
         if cumulative:
@@ -131,11 +139,13 @@ def _query_ladders(similarity, levels, margins, cumulative):
 
 
 def ladder_terms(similarity, row_levels, column_levels, *, margins: Sequence[float], betas: Sequence[float],
-                 cumulative: bool = False) -> list[tf.Tensor]:
+                 cumulative: bool = False, first_hardest=True) -> list[tf.Tensor]:
     """Weighted per-row ladder terms, one [B] tensor per level l = 1..L (image plus caption queries).
 
     Arguments as in `ladder_loss`; `sum(ladder_terms(...)) == ladder_loss(...)`.
     """
+    if not tf.is_tensor(first_hardest):
+        first_hardest = bool(first_hardest)
     margins, betas = _check_margins_betas(margins, betas)
     similarity = tf.convert_to_tensor(similarity)
     if similarity.shape.rank != 2:
@@ -150,14 +160,15 @@ def ladder_terms(similarity, row_levels, column_levels, *, margins: Sequence[flo
             raise ValueError(f"{name} must be integer ladder levels; got dtype {levels.dtype.name}.")
         checked.append(tf.cast(levels, tf.int32))
     row_levels, column_levels = checked
-    image_queries = _query_ladders(similarity, row_levels, margins, cumulative)
+    image_queries = _query_ladders(similarity, row_levels, margins, cumulative, first_hardest)
     # Caption queries are the columns: transpose so that they become rows.
-    caption_queries = _query_ladders(tf.transpose(similarity), tf.transpose(column_levels), margins, cumulative)
+    caption_queries = _query_ladders(tf.transpose(similarity), tf.transpose(column_levels), margins, cumulative,
+                                     first_hardest)
     return [beta * (i2t + t2i) for beta, i2t, t2i in zip(betas, image_queries, caption_queries)]
 
 
 def ladder_loss(similarity, row_levels, column_levels, *, margins: Sequence[float], betas: Sequence[float],
-                cumulative: bool = False) -> tf.Tensor:
+                cumulative: bool = False, first_hardest=True) -> tf.Tensor:
     """Ladder loss per batch row [B]; the sum is the loss of METHODS.md (module docstring).
 
     Args:
@@ -168,9 +179,12 @@ def ladder_loss(similarity, row_levels, column_levels, *, margins: Sequence[floa
       betas: (beta_1, ..., beta_L), the same length as `margins`.
       cumulative: the cumulative form (margins summed up to l against the positive) instead of
         hard contrastive pairs.
+      first_hardest: the first ladder takes the hardest negative (True, the paper) or sums its hinge over
+        every candidate of N_>=1 (False; a scalar bool tensor switches per step: the hardest-negative warm-up
+        of kitm.losses.base).
     """
     return tf.add_n(ladder_terms(similarity, row_levels, column_levels, margins=margins, betas=betas,
-                                 cumulative=cumulative))
+                                 cumulative=cumulative, first_hardest=first_hardest))
 
 
 def _relevance(y_true, loss_name: str) -> tf.Tensor:
@@ -195,14 +209,21 @@ class LadderLoss(RetrievalLoss):
       margins: (alpha_1, ..., alpha_L), L = len(thresholds) + 1 (paper: (0.2, 0.01[, 0.01])).
       betas: (beta_1, ..., beta_L) (paper: (1, 0.25[, 0.125])).
       cumulative: cumulative form instead of hard contrastive pairs.
+      hardest_warmup_steps: the first ladder sums over N_>=1 for this many training steps before it takes the
+        hardest negative (kitm.losses.base, "Hardest-negative warm-up").
+      max_violation: the first ladder takes the hardest negative (True, the paper: it is the VSE++ triplet) or
+        sums over N_>=1 throughout (False, VSE++'s sum form; the hinges of later ladders are unchanged).
     Terms: "level_1" (the VSE++ hardest-negative triplet with alpha_1, weighted by beta_1) ...
     "level_L", each summing image and caption queries.
     """
 
+    has_hardest_negatives = True
+
     def __init__(self, thresholds: Sequence[float] = (0.40,), margins: Sequence[float] = (0.2, 0.01),
                  betas: Sequence[float] = (1.0, 0.25), cumulative: bool = False, name: str = "ladder",
-                 reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, max_violation: bool = True):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
+        self.max_violation = bool(max_violation)
         self.thresholds = _check_thresholds(thresholds)
         self.margins, self.betas = _check_margins_betas(margins, betas)
         if len(self.margins) != len(self.thresholds) + 1:
@@ -220,13 +241,14 @@ class LadderLoss(RetrievalLoss):
         similarity = self.similarity(y_pred)
         levels = self.levels(y_true)
         terms = ladder_terms(similarity, levels, levels, margins=self.margins, betas=self.betas,
-                             cumulative=self.cumulative)
+                             cumulative=self.cumulative,
+                             first_hardest=self.max_violation and self.hardest_negatives_on())
         return dict(zip(self.term_names, terms))
 
     def get_config(self):
         config = super().get_config()
         config.update(thresholds=list(self.thresholds), margins=list(self.margins), betas=list(self.betas),
-                      cumulative=self.cumulative)
+                      cumulative=self.cumulative, max_violation=self.max_violation)
         return config
 
 
@@ -307,14 +329,19 @@ class AdaptiveLadderLoss(RetrievalLoss):
       lloyd_runs: Lloyd runs from k-means++ seeds per query and k, scored beside the exact k-means
         optimum (`kitm.ops.auto_kmeans_1d`); 0 clusters with the exact optimum only.
       jit_compile: cluster with XLA (`auto_kmeans_1d`; one compilation per batch shape).
+      hardest_warmup_steps, max_violation: as `LadderLoss`.
     Terms: "level_1" ... "level_{L_max}" (both directions summed, weighted).
     """
+
+    has_hardest_negatives = True
 
     def __init__(self, level_bounds: Sequence[int] = (2, 4), first_margin: float = 0.2, margin: float = 0.01,
                  betas: Sequence[float] | None = None, cumulative: bool = False,
                  lloyd_runs: int = DEFAULT_LLOYD_RUNS, jit_compile: bool = True,
-                 name: str = "adaptive_ladder", reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 name: str = "adaptive_ladder", reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
+                 max_violation: bool = True):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
+        self.max_violation = bool(max_violation)
         self.level_bounds = _check_level_bounds(level_bounds)
         levels = self.level_bounds[1]
         self.first_margin = float(first_margin)
@@ -352,7 +379,8 @@ class AdaptiveLadderLoss(RetrievalLoss):
         similarity = self.similarity(y_pred)
         row_levels, column_levels = self.levels(y_true)
         terms = ladder_terms(similarity, row_levels, column_levels, margins=self.margins, betas=self._betas,
-                             cumulative=self.cumulative)
+                             cumulative=self.cumulative,
+                             first_hardest=self.max_violation and self.hardest_negatives_on())
         # The number of ladder levels the clustering chose, per query, for the logs (DualEncoder reads
         # `monitored` right after this call, in the same step).
         chosen = tf.concat([tf.reduce_max(row_levels, axis=1), tf.reduce_max(column_levels, axis=0)], axis=0)
@@ -363,5 +391,5 @@ class AdaptiveLadderLoss(RetrievalLoss):
         config = super().get_config()
         config.update(level_bounds=list(self.level_bounds), first_margin=self.first_margin, margin=self.margin,
                       betas=None if self.betas is None else list(self.betas), cumulative=self.cumulative,
-                      lloyd_runs=self.lloyd_runs, jit_compile=self.jit_compile)
+                      lloyd_runs=self.lloyd_runs, jit_compile=self.jit_compile, max_violation=self.max_violation)
         return config

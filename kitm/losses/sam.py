@@ -198,18 +198,21 @@ class SAMLoss(RetrievalLoss):
       max_violation: hardest-negative triplet (True) or sum over negatives.
       max_margin: SAM's margin clip (1.0; None for none).
       seed: for `sampling="random"`: None or a Python int op seed (`samplers.random_negatives`).
+      hardest_warmup_steps: for this many training steps first, the triplet sums over negatives and the
+        `hardest` sampler draws at random (kitm.losses.base, "Hardest-negative warm-up").
     Terms: "triplet_i2t", "triplet_t2i" (image / caption anchors of the triplet), "sam_i2t", "sam_t2i"
     (SAM's image / caption anchors; with `pairing="reference"`, the reference's caption-retrieval and
     image-retrieval terms of row p), each already multiplied by its weight.
     """
 
     term_names = ("triplet_i2t", "triplet_t2i", "sam_i2t", "sam_t2i")
+    has_hardest_negatives = True
 
     def __init__(self, tau: float, sampling: str = "hardest", pairing: str = "matched",
                  triplet_weight: float = 1.0, sam_weight: float = 1.0, margin: float = 0.2,
                  max_violation: bool = True, max_margin: float | None = 1.0, seed: int | None = None,
-                 name: str = "sam", reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 name: str = "sam", reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
         self.tau = _check_tau(tau)
         self.sampling = check_sampling(sampling)
         self.pairing = _check_pairing(pairing)
@@ -230,35 +233,40 @@ class SAMLoss(RetrievalLoss):
             names += ["sam_i2t", "sam_t2i"]
         self.term_names = tuple(names)
 
-    def sample(self, similarity, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+    def sample(self, similarity, image_index=None, hardest_on=True) -> tuple[tf.Tensor, tf.Tensor]:
         """The two SAM index vectors for this batch: (negative_captions, negative_images), or (n0, n1)
-        for the reference pairing. -1 marks an anchor without a negative."""
+        for the reference pairing. -1 marks an anchor without a negative. `hardest_on`: see
+        `samplers.sample_negatives`."""
         is_negative = negative_mask(similarity, image_index)
         # Caption negatives of image anchors: along each row (the reference's n0 uses s[p, q] - s[p, p],
         # whose order along a row is that of s).
-        negative_captions = sample_negatives(similarity, is_negative, self.sampling, axis=1, seed=self.seed)
+        negative_captions = sample_negatives(similarity, is_negative, self.sampling, axis=1, seed=self.seed,
+                                             hardest_on=hardest_on)
         if self.pairing == "matched":
-            negative_images = sample_negatives(similarity, is_negative, self.sampling, axis=0, seed=self.seed)
+            negative_images = sample_negatives(similarity, is_negative, self.sampling, axis=0, seed=self.seed,
+                                               hardest_on=hardest_on)
         else:
             # The reference's n1[p]: a caption q, chosen along row p of cost_im[p, q] = s[p, q] - s[q, q].
             cost_im = similarity - tf.linalg.diag_part(similarity)[None, :]
             negative_images = sample_negatives(cost_im, is_negative, self.sampling, axis=1,
-                                               seed=None if self.seed is None else self.seed + 1)
+                                               seed=None if self.seed is None else self.seed + 1,
+                                               hardest_on=hardest_on)
         return negative_captions.indices, negative_images.indices
 
     def compute_terms(self, y_true, y_pred):
         similarity = self.similarity(y_pred)
         image_index = self.optional(y_true, "image_index")
         terms = {}
+        hardest_on = self.hardest_negatives_on()
         if self.triplet_weight:
-            i2t, t2i = triplet_terms(similarity, self.margin, self.max_violation, image_index)
+            i2t, t2i = triplet_terms(similarity, self.margin, self.max_violation and hardest_on, image_index)
             terms["triplet_i2t"] = self.triplet_weight * i2t
             terms["triplet_t2i"] = self.triplet_weight * t2i
         if self.sam_weight:
             relevance = self.optional(y_true, "relevance")
             if relevance is None:
                 raise ValueError("SAMLoss needs y_true['relevance'] ([B, B], relevance of caption q to image p).")
-            negative_captions, negative_images = self.sample(similarity, image_index)
+            negative_captions, negative_images = self.sample(similarity, image_index, hardest_on)
             i2t, t2i = sam_terms(similarity, relevance, negative_captions, negative_images, tau=self.tau,
                                  max_margin=self.max_margin, pairing=self.pairing)
             terms["sam_i2t"] = self.sam_weight * i2t

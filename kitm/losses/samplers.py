@@ -134,11 +134,22 @@ def random_negatives(negative, axis: int = 1, seed=None) -> NegativeSample:
     return _pick(keys, negative, axis)
 
 
-def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None) -> NegativeSample:
-    """Dispatch to `hardest_negatives`, `easiest_negatives` or `random_negatives` by name."""
+def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None, hardest_on=True) -> NegativeSample:
+    """Dispatch to `hardest_negatives`, `easiest_negatives` or `random_negatives` by name.
+
+    `hardest_on` (a Python bool or a scalar bool tensor; `RetrievalLoss.hardest_negatives_on`): where False,
+    `sampling="hardest"` draws a random negative instead (the hardest-negative warm-up, kitm.losses.base).
+    """
     sampling = check_sampling(sampling)
     if sampling == "hardest":
-        return hardest_negatives(scores, negative, axis)
+        if hardest_on is True:
+            return hardest_negatives(scores, negative, axis)
+        drawn = random_negatives(negative, axis, seed)
+        if hardest_on is False:
+            return drawn
+        hardest = hardest_negatives(scores, negative, axis)
+        return NegativeSample(tf.where(hardest_on, hardest.indices, drawn.indices),
+                              tf.where(hardest_on, hardest.valid, drawn.valid))
     if sampling == "easiest":
         return easiest_negatives(scores, negative, axis)
     return random_negatives(negative, axis, seed)

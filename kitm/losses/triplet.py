@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, hardest_or_sum
 from kitm.ops.similarity import negative_mask
 
 
@@ -34,6 +34,8 @@ def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: boo
                   image_index: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Per-anchor hinge terms: (caption retrieval for image anchor p, image retrieval for caption anchor q), each [B].
 
+    `max_violation` is a Python bool or a scalar bool tensor (True: the hardest negative; False: the sum).
+
     Pairs of two samples of the same image (equal `image_index`) are not negatives. An anchor with no
     negative at all contributes 0: every hinge is >= 0, so masking to 0 before the max is exact.
     """
@@ -46,9 +48,16 @@ def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: boo
     # cost_caption[p, q]: caption q as the negative of image p; cost_image[p, q]: image p as the negative of caption q.
     cost_caption = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[:, None]), zeros)
     cost_image = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[None, :]), zeros)
-    if max_violation:
-        return tf.reduce_max(cost_caption, axis=1), tf.reduce_max(cost_image, axis=0)
-    return tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
+    if not tf.is_tensor(max_violation):
+        max_violation = bool(max_violation)
+    if max_violation is False:
+        return tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
+    hardest = tf.reduce_max(cost_caption, axis=1), tf.reduce_max(cost_image, axis=0)
+    if max_violation is True:
+        return hardest
+    # A bool tensor: the hardest-negative warm-up (kitm.losses.base) switches between the two forms.
+    totals = tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
+    return tuple(hardest_or_sum(h, t, max_violation) for h, t in zip(hardest, totals))
 
 
 def triplet_loss(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
@@ -66,20 +75,24 @@ class TripletLoss(RetrievalLoss):
     Args:
         margin: the hinge margin `a` (VSE++: 0.2).
         max_violation: hardest negative (VSE++ "MH") when True, sum over negatives ("SH") otherwise.
+        hardest_warmup_steps: with max_violation, the sum over negatives for this many training steps first
+            (kitm.losses.base, "Hardest-negative warm-up").
     Terms: "i2t" (image anchors) and "t2i" (caption anchors).
     """
 
     term_names = ("i2t", "t2i")
+    has_hardest_negatives = True
 
     def __init__(self, margin: float = 0.2, max_violation: bool = True, name: str = "triplet",
-                 reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
         self.margin = _check_margin(margin)
         self.max_violation = bool(max_violation)
 
     def compute_terms(self, y_true, y_pred):
         image_index = self.optional(y_true, "image_index")
-        i2t, t2i = triplet_terms(self.similarity(y_pred), self.margin, self.max_violation, image_index)
+        hardest = self.max_violation and self.hardest_negatives_on()
+        i2t, t2i = triplet_terms(self.similarity(y_pred), self.margin, hardest, image_index)
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):

@@ -91,6 +91,8 @@ class DualEncoder(keras.Model):
             if not isinstance(loss, RetrievalLoss):
                 raise TypeError(f"Loss {name!r} is a {type(loss).__name__}; kitm losses derive from RetrievalLoss.")
         super().compile(optimizer=optimizer, **kwargs)
+        for loss in losses.values():  # the hardest-negative warm-up counts this optimizer's steps
+            loss.bind_training_step(self.optimizer.iterations)
         self.loss_functions = losses
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
