@@ -359,6 +359,7 @@ class CenterPhaseTrainer:
     def __init__(self, config: CenterPhaseConfig, run_dir: str | os.PathLike, image_index: ImageIndexMap, *,
                  log_dir: str | os.PathLike | None = None, verbose: int = 1):
         self.config = config
+        self.monitors: list = []
         self.run_dir = pathlib.Path(run_dir)
         self.image_index = image_index
         self.log_dir = pathlib.Path(log_dir) if log_dir is not None else self.run_dir / "logs" / "margins"
@@ -377,10 +378,12 @@ class CenterPhaseTrainer:
         if self.verbose:
             print(message, flush=True)
 
-    def build(self, model, strategy=None) -> CenterObjective:
+    def build(self, model, strategy=None, monitors: Sequence = ()) -> CenterObjective:
         """Create the objective's losses (and their variables) under the strategy's scope; `fit` compiles each
-        phase."""
+        phase, with `monitors` (Keras metrics for `DualEncoder.compile(monitors=...)`, e.g. the collapse
+        statistic of kitm.metrics; create them under the same scope)."""
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.monitors = list(monitors)
         with self.strategy.scope():
             self.objective = CenterObjective(self.config, self.image_index.num_images, model.embedding_dim)
         return self.objective
@@ -428,7 +431,7 @@ class CenterPhaseTrainer:
             losses = objective.phase_losses(phase)
             # Recompile: freezing and new optimizers take effect in a newly traced training step.
             model.compile(model_optimizer, losses=losses,
-                          loss_weights={name: self.config.loss_weight for name in losses})
+                          loss_weights={name: self.config.loss_weight for name in losses}, monitors=self.monitors)
 
     def _initialize_quantizer(self) -> dict:
         """k-means of the unquantized centres -> the quantized centres (paper Sec. 4.1); saved for inspection."""
