@@ -71,7 +71,13 @@ flags.DEFINE_list("loss", ["triplet"],
                   "--loss=triplet,ladder --loss_weights=1,0.5.")
 flags.DEFINE_list("loss_weights", [], "One weight per --loss entry (default 1 each).")
 flags.DEFINE_float("margin", 0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
-flags.DEFINE_bool("max_violation", True, "Hardest negative (VSE++) instead of the sum over negatives.")
+flags.DEFINE_bool("max_violation", True, "Hardest negative (VSE++) instead of the sum over negatives, in the "
+                  "triplet, SAM's triplet part and the ladder's first rung.")
+flags.DEFINE_float("hardest_warmup_epochs", 0.0, "Hardest-negative warm-up for every loss that has such terms "
+                   "(--max_violation, the ladder's first rung, --sam_sampling=hardest): for this many epochs they "
+                   "use the sum over negatives (random negatives for the samplers) before switching to the "
+                   "hardest negative (VSE-infinity practice for encoders that start from random weights; "
+                   "kitm.losses.base).", lower_bound=0.0)
 flags.DEFINE_float("sam_tau", 5.0, "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower_bound=1e-6)
 flags.DEFINE_float("sam_weight", 1.0, "SAM: weight of the adaptive-margin term beside the triplet.", lower_bound=0.0)
 flags.DEFINE_enum("sam_sampling", "hardest", ["hardest", "easiest", "random"], "SAM: negative sampling.")
@@ -88,6 +94,9 @@ flags.DEFINE_integer("ladder_recluster_every", 0, "Fixed ladder: every this many
                      "from the relevance values seen since (1-D k-means + silhouette; 0: keep them fixed).",
                      lower_bound=0)
 flags.DEFINE_float("angle_degrees", 45.0, "Angular loss angle.", lower_bound=1.0, upper_bound=89.0)
+flags.DEFINE_enum("angular_form", "npair", ["npair", "hinge"],
+                  "Angular and neighbourhood losses: npair (Wang et al.'s log-sum-exp N-pair form, what seed 004's "
+                  "code trains) or hinge (seed 004 Eq. 2 as printed; collapse is its global minimum).")
 flags.DEFINE_enum("neighborhood_base", "angular", ["angular", "triplet"],
                   "Neighbourhood loss: angular (Ang+NP+Sym) or the paper's triplet-based variant.")
 flags.DEFINE_float("neighborhood_alpha", None, "Weight of the text-neighbour term (default 0.2 angular / 0.3 "
@@ -163,6 +172,10 @@ flags.DEFINE_enum("eval_relevance", "auto", ["auto", "none", "truth", "cider", "
                   "else none).")
 flags.DEFINE_bool("export", True, "Export a SavedModel at the end.")
 flags.DEFINE_bool("progress", True, "Progress bars.")
+flags.DEFINE_float("collapse_threshold", 0.9, "Collapse monitor: warn when the mean pairwise cosine of a batch's "
+                   "image or caption embeddings (logged as collapse/image_cosine, collapse/text_cosine) exceeds "
+                   "this at the end of an epoch (0: no monitor).", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_bool("stop_on_collapse", False, "Collapse monitor: end the run at the first collapsed epoch.")
 
 
 KITM_FLAG_NAMES = sorted(set(FLAGS) - _FLAGS_BEFORE_KITM)
@@ -201,12 +214,23 @@ _PHOTO_DEFAULTS = {
     "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
     "embedding_dim": 1024, "word_dim": 300, "text_units": 1024, "captions_per_step": "all", "max_violation": True,
     "epochs": 30, "learning_rate": 2e-4, "lr_decay_epochs": 15, "eval_every_epochs": 1,
+    # --loss=centers (seed 003, Sec. 4.1): 30/15/10 epochs, Adam 2e-4 then 2e-5, 1000 quantized centres, q = 500.
+    "center_phase_epochs": ["30", "15", "10"], "center_phase2_learning_rate": 2e-5,
+    "center_phase3_learning_rate": 2e-5, "num_quantized_centers": 1000, "margin_update_every": 500,
 }
 DATASET_DEFAULTS = {
     "synthetic": {
         "image_encoder": "small_cnn", "weights": "none", "image_size": 48, "flip": False, "eval_crop_fraction": 1.0,
-        "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all", "max_violation": False,
-        "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9, "eval_every_epochs": 3,
+        "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all",
+        # The sum over negatives throughout (the triplet, SAM's triplet part, the ladders' first rung): with the CNN
+        # starting from random weights the hardest negative collapsed the embeddings within one epoch of switching
+        # to it, after a 2- or a 6-epoch --hardest_warmup_epochs too (README, "Hardest negatives and collapse").
+        "max_violation": False, "hardest_warmup_epochs": 0.0, "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9,
+        "eval_every_epochs": 3,
+        # --loss=centers: the same 12 epochs split 6/3/3, ten times the paper's later rates (as phase 1's), 50
+        # quantized centres for the 2,100 training scenes, margins adapted every 50 of the ~80 batches an epoch.
+        "center_phase_epochs": ["6", "3", "3"], "center_phase2_learning_rate": 2e-4,
+        "center_phase3_learning_rate": 2e-4, "num_quantized_centers": 50, "margin_update_every": 50,
     },
     "coco": _PHOTO_DEFAULTS, "f30k": _PHOTO_DEFAULTS, "f8k": _PHOTO_DEFAULTS,
 }
@@ -471,46 +495,56 @@ def required_relevance_slots() -> list[str]:
     return slots + ([NEIGHBOR_SLOTS[FLAGS.neighbor_space][0]] if uses_neighbor_batching() else [])
 
 
-def _build_loss(name: str):
+def hardest_warmup_steps(steps_per_epoch: int) -> int:
+    """--hardest_warmup_epochs in training steps."""
+    return round(FLAGS.hardest_warmup_epochs * steps_per_epoch)
+
+
+def _build_loss(name: str, warmup: int):
     from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, NeighborhoodAngularLoss, SAMLoss, TripletLoss
 
     if name == "triplet":
-        return TripletLoss(FLAGS.margin, FLAGS.max_violation)
+        return TripletLoss(FLAGS.margin, FLAGS.max_violation, hardest_warmup_steps=warmup)
     if name == "sam":
         return SAMLoss(FLAGS.sam_tau, sampling=FLAGS.sam_sampling, pairing=FLAGS.sam_pairing,
                        sam_weight=FLAGS.sam_weight, margin=FLAGS.margin, max_violation=FLAGS.max_violation,
-                       seed=FLAGS.seed)
+                       seed=FLAGS.seed, hardest_warmup_steps=warmup)
     if name == "ladder":
         if FLAGS.ladder_recluster_every:
             from kitm.callbacks.ladder_recluster import ReclusterableLadderLoss
 
             return ReclusterableLadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"),
-                                           _floats("ladder_betas"), seed=FLAGS.seed)
-        return LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"), _floats("ladder_betas"))
+                                           _floats("ladder_betas"), seed=FLAGS.seed, hardest_warmup_steps=warmup,
+                                           max_violation=FLAGS.max_violation)
+        return LadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"), _floats("ladder_betas"),
+                          hardest_warmup_steps=warmup, max_violation=FLAGS.max_violation)
     if name == "ladder_adaptive":
         bounds = [int(value) for value in _floats("ladder_level_bounds")]
-        return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin, lloyd_runs=FLAGS.ladder_lloyd_runs)
+        return AdaptiveLadderLoss(bounds, first_margin=FLAGS.margin, lloyd_runs=FLAGS.ladder_lloyd_runs,
+                                  hardest_warmup_steps=warmup, max_violation=FLAGS.max_violation)
     if name == "angular":
-        return AngularLoss(FLAGS.angle_degrees)
+        return AngularLoss(FLAGS.angle_degrees, form=FLAGS.angular_form)
     if name == "centers":
         raise LaunchError("--loss=centers is built and trained phase by phase by kitm.training.center_phases.")
     return NeighborhoodAngularLoss(FLAGS.neighborhood_alpha, FLAGS.neighborhood_beta, base=FLAGS.neighborhood_base,
                                    angle_degrees=FLAGS.angle_degrees, margin=FLAGS.margin,
-                                   neighbor_space=FLAGS.neighbor_space)
+                                   neighbor_space=FLAGS.neighbor_space, form=FLAGS.angular_form)
 
 
-def build_objective() -> tuple[dict, dict]:
+def build_objective(steps_per_epoch: int = 1) -> tuple[dict, dict]:
     """(losses, weights) for `DualEncoder.compile(losses=..., loss_weights=...)` from --loss and --loss_weights.
 
     Create under the strategy's scope. Each loss is logged under its key (`sam/...`, `ladder/...`).
+    `steps_per_epoch` turns --hardest_warmup_epochs into steps.
     """
     check_loss_flags()
     weights = _floats("loss_weights") or [1.0] * len(FLAGS.loss)
+    warmup = hardest_warmup_steps(steps_per_epoch)
     losses, loss_weights = {}, {}
     for name, weight in zip(FLAGS.loss, weights):
         key = LOSS_KEYS.get(name, name)
         try:
-            losses[key] = _build_loss(name)
+            losses[key] = _build_loss(name, warmup)
         except ValueError as error:  # the loss names the argument; say which flag feeds it
             raise LaunchError(f"--loss={name}: {error}") from error
         loss_weights[key] = weight
@@ -633,11 +667,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
 
     from kitm.callbacks import monitoring
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
+    from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
     from kitm.eval import build_report, format_report
     from kitm.eval.report import rsum
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
+    from kitm.metrics import EmbeddingCollapse
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
     from kitm.serving import export_new_version
@@ -697,11 +733,14 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         optimizer = keras.optimizers.Adam(learning_rate_schedule(steps_per_epoch),
                                           global_clipnorm=FLAGS.grad_clip_norm or None)
         jit_compile = {"auto": "auto", "true": True, "false": False}[FLAGS.jit_compile]
+        # The collapse monitor's statistic (kitm.metrics.collapse), logged every epoch.
+        monitors = [EmbeddingCollapse()] if FLAGS.collapse_threshold else []
         if centers:
-            trainer.build(model, strategy)
+            trainer.build(model, strategy, monitors=monitors)
         else:
-            monitors = [monitoring.RelevanceStatistics()] if FLAGS.relevance != "none" else []
-            losses, loss_weights = build_objective()
+            if FLAGS.relevance != "none":
+                monitors.append(monitoring.RelevanceStatistics())
+            losses, loss_weights = build_objective(steps_per_epoch)
             model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors,
                           jit_compile=jit_compile)
         if FLAGS.finetune_after_epochs:
@@ -722,6 +761,10 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                                            save_freq=backup_save_freq(FLAGS.backup_every_steps),
                                            write_dir=run_dir / "backup", delete_checkpoint=False)
     callbacks = [keras.callbacks.TerminateOnNaN(), backup]
+    collapse = None
+    if FLAGS.collapse_threshold:
+        collapse = CollapseMonitor(FLAGS.collapse_threshold, stop=FLAGS.stop_on_collapse)
+        callbacks.append(collapse)
     if FLAGS.finetune_after_epochs:
         callbacks.append(finetune.BackboneFineTuning(FLAGS.finetune_after_epochs, verbose=int(FLAGS.progress)))
     eval_split = "val" if "val" in info.splits else None
@@ -803,8 +846,13 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     }
     if centers:
         summary["center_phases"] = trainer.summary()
+    if collapse is not None:
+        summary["collapse"] = collapse.report()
     write_json_atomically(run_dir / "summary.json", summary)
     shutil.rmtree(run_dir / "backup", ignore_errors=True)  # the run is complete: a restart starts afresh
+    if collapse is not None and collapse.collapsed_epoch is not None:  # again at the end, where it is seen
+        print(f"kitm: WARNING: this run's embeddings collapsed in epoch {collapse.collapsed_epoch + 1} (see the "
+              f"warning above and summary.json 'collapse'); its figures are not a trained model's.", file=sys.stderr)
     print(f"Run summary: {run_dir / 'summary.json'}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
     return summary
 

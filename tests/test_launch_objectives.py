@@ -116,3 +116,46 @@ def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfi
             assert launch.required_relevance_slots()[-1] == {"text": "neighbors", "image": "image_neighbors"}[space]
     finally:
         FLAGS.unparse_flags()
+
+
+def test_hardest_warmup_and_angular_form_flags_reach_every_loss(parse):
+    FLAGS.unparse_flags()
+    FLAGS(["kitm.launch", "--loss=triplet,sam,ladder", "--relevance=truth", "--hardest_warmup_epochs=1.5"])
+    losses, _ = launch.build_objective(steps_per_epoch=10)
+    assert {name: loss.hardest_warmup_steps for name, loss in losses.items()} == {"triplet": 15, "sam": 15,
+                                                                                  "ladder": 15}
+    adaptive = parse("--loss=ladder_adaptive", "--relevance=truth", "--max_violation=false")["ladder"]
+    assert adaptive.max_violation is False and adaptive.hardest_warmup_steps == 0
+    assert parse("--loss=angular")["angular"].form == "npair"
+    assert parse("--loss=angular", "--angular_form=hinge")["angular"].form == "hinge"
+    assert parse("--loss=neighborhood", "--angular_form=hinge")["neighborhood"].form == "hinge"
+
+
+def test_synthetic_defaults_avoid_the_collapsing_configurations():
+    """The synthetic world's encoders start from random weights: the sum over negatives everywhere (also the
+    ladder's first rung), the N-pair angular form, and the centers phases scaled to the world."""
+    FLAGS.unparse_flags()
+    try:
+        for flagfile in ("ladder.flags", "ladder_adaptive.flags", "sam.flags", "neighborhoods.flags"):
+            FLAGS.unparse_flags()
+            FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
+                   "--dataset=synthetic"])
+            launch.apply_dataset_defaults()
+            for loss in launch.build_objective()[0].values():
+                assert getattr(loss, "max_violation", False) is False, flagfile
+                assert getattr(loss, "form", "npair") == "npair", flagfile
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}",
+               "--dataset=synthetic"])
+        launch.apply_dataset_defaults()
+        config = launch.center_phase_config(2100)
+        assert config.phase_epochs == (6, 3, 3) and config.learning_rates == (2e-3, 2e-4, 2e-4)
+        assert (config.num_quantized_centers, config.margin_update_every) == (50, 50)
+        # On photos the paper's schedule (the flag defaults, also the photo defaults).
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}"])
+        launch.apply_dataset_defaults()
+        config = launch.center_phase_config(113287)
+        assert config.phase_epochs == (30, 15, 10) and config.learning_rates == (2e-4, 2e-5, 2e-5)
+    finally:
+        FLAGS.unparse_flags()
