@@ -1,0 +1,33 @@
+"""kitm.study: multi-seed comparison of launcher configurations, with intervals, paired tests and claim verdicts.
+
+``python -m kitm.study --spec=<file.toml>`` runs every (configuration, seed) of a spec as its own
+``python -m kitm.launch`` process, scores each run with ``python -m kitm.eval``, and writes ``report.md``,
+``report.json`` and ``plots/`` into the study folder. The modules, one job each:
+
+- :mod:`kitm.study.spec`: the TOML spec format and its validation;
+- :mod:`kitm.study.commands`: the launcher and kitm.eval command lines, their environment, flag overrides;
+- :mod:`kitm.study.runs`: a run's folder, status file and state; :mod:`kitm.study.runner`: running them;
+- :mod:`kitm.study.results`: what each run left; :mod:`kitm.study.metrics`: its figures and their orientation;
+- :mod:`kitm.study.statistics`: t intervals, paired t and Wilcoxon tests (numpy/scipy only);
+- :mod:`kitm.study.claims`: verdict rules; :mod:`kitm.study.analysis`: all the numbers of a report;
+- :mod:`kitm.study.report`, :mod:`kitm.study.plots`: the report files; :mod:`kitm.study.cli`: the command.
+
+Nothing here imports TensorFlow or absl: the training happens in the subprocesses.
+"""
+
+from kitm.study.claims import claim_verdict, improves_verdict, keeps_verdict
+from kitm.study.spec import SpecError, StudySpec, load_spec
+from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+
+__all__ = [
+    "Interval",
+    "PairedComparison",
+    "SpecError",
+    "StudySpec",
+    "claim_verdict",
+    "improves_verdict",
+    "keeps_verdict",
+    "load_spec",
+    "paired_comparison",
+    "t_interval",
+]

@@ -1,0 +1,185 @@
+"""From the runs' results to the study's numbers: per-configuration intervals, paired comparisons, claim verdicts,
+and the warnings a reader needs before trusting them (runs on different data, overridden flags, missing metrics).
+
+Formulas: :mod:`kitm.study.statistics`; verdict rules: :mod:`kitm.study.claims`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from kitm.study import claims as claim_rules
+from kitm.study import runs
+from kitm.study.commands import overridden_common_flags
+from kitm.study.metrics import default_metrics, lower_is_better
+from kitm.study.results import RunResult
+from kitm.study.spec import StudySpec
+from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+
+# Launcher flags that differ between runs by design (or do not change what is trained).
+PER_RUN_FLAGS = frozenset({"seed", "run_dir", "progress"})
+# dataset.json source fields that name which relevance rows a folder carries, not which scenes or captions.
+ROW_FIELDS = frozenset({"relevance_rows", "image_neighbors"})
+
+
+@dataclasses.dataclass
+class StudyAnalysis:
+    spec: StudySpec
+    configurations: tuple[str, ...]
+    seeds: tuple[int, ...]
+    results: list[RunResult]
+    metrics: list[str]  # shown in the markdown tables and plots
+    available: list[str]  # every metric some run has (the JSON report covers all of them)
+    values: dict[str, dict[str, dict[int, float]]]  # configuration -> metric -> seed -> value
+    aggregates: dict[str, dict[str, Interval]]
+    comparisons: dict[str, dict[str, PairedComparison]]  # vs the study baseline, every other configuration
+    claims: list[claim_rules.ClaimResult]
+    flag_differences: dict[str, dict[str, tuple[object, object]]]  # vs the baseline: flag -> (baseline, this)
+    datasets: list[dict]  # distinct datasets the done runs used, with the configurations on each
+    warnings: list[str]
+
+    def comparison(self, configuration: str, baseline: str, metric: str) -> PairedComparison | None:
+        """Paired comparison of two configurations on `metric`; None when neither has figures for it."""
+        candidate = self.values.get(configuration, {}).get(metric, {})
+        reference = self.values.get(baseline, {}).get(metric, {})
+        if not candidate and not reference:
+            return None
+        return paired_comparison(candidate, reference, lower_is_better=lower_is_better(metric))
+
+
+def _values(results: Sequence[RunResult], configurations: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
+    values: dict[str, dict[str, dict[int, float]]] = {c: {} for c in configurations}
+    for result in results:
+        if result.done:
+            for metric, value in result.figures.items():
+                values[result.configuration].setdefault(metric, {})[result.seed] = value
+    return values
+
+
+def _flag_differences(results: Sequence[RunResult], baseline: str) -> dict[str, dict[str, tuple[object, object]]]:
+    """Final launcher flags (summary.json) of each configuration's first recorded run against the baseline's."""
+    first: dict[str, dict] = {}
+    for result in results:
+        if result.flags is not None:
+            first.setdefault(result.configuration, result.flags)
+    if baseline not in first:
+        return {}
+    reference = first[baseline]
+    differences = {}
+    for configuration, flags in first.items():
+        if configuration == baseline:
+            continue
+        names = (set(flags) | set(reference)) - PER_RUN_FLAGS
+        differences[configuration] = {name: (reference.get(name), flags.get(name)) for name in sorted(names)
+                                      if reference.get(name) != flags.get(name)}
+    return differences
+
+
+def _dataset_identity(dataset: dict) -> str:
+    """What makes two runs' test sets the same: the generator's parameters (not which rows a folder carries), or
+    the folder when there are none, and the split's size."""
+    source = dataset.get("source")
+    if isinstance(source, dict):
+        key = {name: value for name, value in source.items() if name not in ROW_FIELDS}
+    else:
+        key = {"dir": dataset.get("dir")}
+    return json.dumps({"source": key, "split_images": dataset.get("split_images")}, sort_keys=True)
+
+
+def _datasets(results: Sequence[RunResult]) -> list[dict]:
+    groups: dict[str, dict] = {}
+    for result in results:
+        if result.dataset is None:
+            continue
+        identity = _dataset_identity(result.dataset)
+        group = groups.setdefault(identity, {**result.dataset, "dirs": [], "runs": []})
+        if result.dataset.get("dir") not in group["dirs"]:
+            group["dirs"].append(result.dataset.get("dir"))
+        group["runs"].append(f"{result.configuration}/seed_{result.seed}")
+    return list(groups.values())
+
+
+def _data_warnings(results: Sequence[RunResult], datasets: list[dict]) -> list[str]:
+    warnings = []
+    if len(datasets) > 1:
+        described = "; ".join(f"{', '.join(map(str, d['dirs']))} ({_describe_source(d)}): {', '.join(d['runs'])}"
+                              for d in datasets)
+        warnings.append(f"the runs were scored on {len(datasets)} different datasets, so their figures are not "
+                        f"comparable: {described}")
+    for result in results:
+        source = (result.dataset or {}).get("source") or {}
+        asked = (result.flags or {}).get("synthetic_num_scenes")
+        if (result.flags or {}).get("dataset") == "synthetic" and "num_scenes" in source and asked is not None \
+                and source["num_scenes"] != asked:
+            warnings.append(f"{result.configuration}/seed_{result.seed} asked for --synthetic_num_scenes={asked} "
+                            f"but trained on the {source['num_scenes']}-scene world at {result.dataset['dir']}: the "
+                            "launcher builds a world only where none exists (pin a fresh --data_dir in "
+                            "common_flags)")
+    return warnings
+
+
+def _code_warnings(results: Sequence[RunResult]) -> list[str]:
+    """Runs trained by different kitm sources (the checkout changed while the study ran) are not comparable."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        if result.kitm_source is not None:
+            groups.setdefault(result.kitm_source, []).append(f"{result.configuration}/seed_{result.seed}")
+    if len(groups) < 2:
+        return []
+    described = "; ".join(f"{fingerprint}: {', '.join(names)}" for fingerprint, names in groups.items())
+    return [f"the runs were trained by {len(groups)} different versions of the kitm sources (the code changed while "
+            f"the study ran; flag defaults may differ too, see the flags section): {described}"]
+
+
+def _describe_source(dataset: dict) -> str:
+    source = dataset.get("source")
+    parts = [f"{dataset.get('split_images')} evaluated images"]
+    if isinstance(source, dict) and "num_scenes" in source:
+        parts.insert(0, f"synthetic world: {source['num_scenes']} scenes, seed {source.get('seed')}, "
+                        f"{source.get('image_size')} px")
+    return ", ".join(parts)
+
+
+def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int]) -> StudyAnalysis:
+    """Every number of the report from the runs' results (missing and failed runs simply contribute nothing)."""
+    configurations = spec.configuration_names
+    values = _values(results, configurations)
+    available = sorted({metric for per_metric in values.values() for metric in per_metric})
+    metrics = list(spec.metrics) if spec.metrics is not None else default_metrics(available)
+    warnings = list(overridden_common_flags(spec))
+    for metric in metrics:
+        if metric not in available and available:
+            warnings.append(f"metric {metric!r} (spec 'metrics') is in no run's evaluation; known: "
+                            f"{', '.join(available)}")
+    aggregates = {c: {m: t_interval(per_seed.values()) for m, per_seed in sorted(values[c].items())}
+                  for c in configurations}
+    analysis = StudyAnalysis(spec=spec, configurations=configurations, seeds=tuple(sorted(seeds)),
+                             results=list(results), metrics=metrics, available=available, values=values,
+                             aggregates=aggregates, comparisons={}, claims=[], flag_differences={}, datasets=[],
+                             warnings=warnings)
+    for configuration in configurations:
+        if configuration != spec.baseline:
+            analysis.comparisons[configuration] = {
+                metric: comparison for metric in available
+                if (comparison := analysis.comparison(configuration, spec.baseline, metric)) is not None}
+    for claim in spec.claims:
+        for metric in (*claim.improves, *claim.keeps):
+            if metric not in available and available:
+                warnings.append(f"claim {claim.name!r}: metric {metric!r} is in no run's evaluation")
+        analysis.claims.append(claim_rules.judge_claim(claim.name, claim.configuration, claim.baseline,
+                                                       list(claim.improves), list(claim.keeps),
+                                                       claim.keep_tolerance, analysis.comparison))
+    analysis.flag_differences = _flag_differences(results, spec.baseline)
+    analysis.datasets = _datasets([r for r in results if r.done])
+    warnings += _data_warnings([r for r in results if r.done], analysis.datasets)
+    warnings += _code_warnings([r for r in results if r.done])
+    not_done = [r for r in results if r.state != runs.DONE]
+    if not_done:
+        counts: dict[str, int] = {}
+        for result in not_done:
+            counts[result.state] = counts.get(result.state, 0) + 1
+        warnings.append("not every run is in the figures: " + ", ".join(f"{n} {state}" for state, n in
+                                                                          sorted(counts.items())))
+    return analysis

@@ -1,0 +1,154 @@
+"""``python -m kitm.study --spec=<file.toml>``: run a study's grid of configurations x seeds, then report.
+
+::
+
+    python -m kitm.study --spec=studies/claims.toml              # run what is missing, then report
+    python -m kitm.study --spec=studies/claims.toml --dry_run    # print the commands, run nothing
+    python -m kitm.study --spec=studies/claims.toml --only=sam --seeds=3,4   # more seeds of one configuration
+    python -m kitm.study --spec=studies/claims.toml --report_only            # the report from what exists
+
+``--only`` and ``--seeds`` choose what runs; the report always covers every configuration of the spec over the
+seeds in effect (``--seeds``, else the spec's), from whatever runs exist on disk, so that a configuration run
+alone is still compared with its baseline. Runs that are already evaluated are skipped, a trained run is only
+evaluated, a killed run is started again (its launcher resumes), a failed run is tried again; runs whose
+recorded launch command differs from the spec's (the spec changed) stop the study before anything runs.
+
+Exit status: 0; 1 when a selected run failed (the report lists it); 2 for a bad spec or arguments, printed as one
+line ``kitm.study: error: ...`` naming the spec file and key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+
+from kitm.study import commands, runs
+from kitm.study.spec import SpecError, StudySpec, load_spec
+
+PROG = "kitm.study"
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+SPEC_COPY = "spec.toml"
+
+
+class CliError(Exception):
+    """Bad arguments or an unusable study folder: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block: the same shape as kitm.eval's errors
+        raise CliError(f"{message} (see python -m {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Run a grid of kitm.launch configurations x seeds, score every run with "
+                                 "kitm.eval, and report means with 95% intervals, paired comparisons against the "
+                                 "baseline and claim verdicts (spec format: kitm/study/spec.py).")
+    parser.add_argument("--spec", required=True, help="Study spec (TOML).")
+    parser.add_argument("--out", help="Study folder (default: the spec's out_dir).")
+    parser.add_argument("--only", help="Run only these configurations (comma-separated names).")
+    parser.add_argument("--seeds", help="Seeds in effect instead of the spec's (comma-separated integers).")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--report_only", action="store_true", help="Run nothing; report from the runs that exist.")
+    mode.add_argument("--dry_run", action="store_true", help="Print what would run and the commands; write nothing.")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="Progress bar over the runs on stderr (default on).")
+    return parser
+
+
+def _names(text: str, spec: StudySpec) -> tuple[str, ...]:
+    names = tuple(name for name in text.replace(" ", "").split(",") if name)
+    unknown = [name for name in names if name not in spec.configuration_names]
+    if not names or unknown:
+        raise CliError(f"--only={text!r}: {', '.join(unknown) or 'no names'}; the configurations of {spec.path} "
+                       f"are {', '.join(spec.configuration_names)}.")
+    return tuple(name for name in spec.configuration_names if name in names)  # spec order
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise CliError(f"--seeds must be comma-separated integers >= 0; got {text!r}.") from None
+    if not seeds or any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise CliError(f"--seeds must be distinct comma-separated integers >= 0; got {text!r}.")
+    return seeds
+
+
+def _dry_run(plans: Sequence[runs.RunPlan]) -> None:
+    actions = {runs.DONE: "skip (evaluated)", runs.TRAINED: "evaluate", runs.STALE: "STALE: refuses to run",
+               runs.FAILED: "train and evaluate again", runs.INCOMPLETE: "resume and evaluate",
+               runs.MISSING: "train and evaluate"}
+    for plan in plans:
+        state = runs.run_state(plan)
+        print(f"# {plan.label}: {state} -> {actions[state]}")
+        if state in (runs.FAILED, runs.INCOMPLETE, runs.MISSING):
+            print(commands.display(plan.launch_args))
+        if state != runs.DONE:
+            print(commands.display(plan.eval_args))
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    started = time.monotonic()
+    spec = load_spec(args.spec)
+    out_dir = pathlib.Path(args.out) if args.out else spec.out_dir
+    seeds = _seeds(args.seeds) if args.seeds is not None else spec.seeds
+    selected_names = _names(args.only, spec) if args.only is not None else spec.configuration_names
+    plans = runs.plan_runs(spec, out_dir, spec.configuration_names, seeds)
+    selected = [plan for plan in plans if plan.configuration in selected_names]
+    for warning in commands.overridden_common_flags(spec):
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    if args.dry_run:
+        _dry_run(selected)
+        return 0
+    if not args.report_only:
+        stale = [plan for plan in selected if runs.is_stale(plan, runs.read_status(plan))]
+        if stale:
+            raise CliError(f"{len(stale)} run folder(s) were started with other launch commands than {spec.path} "
+                           f"gives now (recorded in their {commands.STATUS_FILE}): "
+                           f"{', '.join(str(p.directory) for p in stale)}; delete them to run them again, or restore "
+                           "the spec.")
+        from kitm.study.runner import run_all
+
+        run_all(selected, commands.subprocess_environment(spec), progress=args.progress)
+
+    from kitm.study.analysis import analyse
+    from kitm.study.files import write_bytes_atomically
+    from kitm.study.report import write_report
+    from kitm.study.results import collect
+
+    results = [collect(plan, spec.evaluation.split) for plan in plans]
+    analysis = analyse(spec, results, seeds)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomically(out_dir / SPEC_COPY, spec.path.read_bytes())  # the spec these figures came from
+    paths = write_report(analysis, out_dir, mode="report_only" if args.report_only else "run",
+                         seconds=time.monotonic() - started, argv=argv)
+    for claim in analysis.claims:
+        print(f"claim {claim.name!r}: {claim.verdict}")
+    for warning in analysis.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    done = sum(result.done for result in results)
+    print(f"{done} of {len(results)} runs evaluated. Report: {paths['markdown']} ({paths['json']})")
+    failed = [r for r in results if r.state == runs.FAILED and r.configuration in selected_names]
+    if failed:
+        print(f"{PROG}: {len(failed)} run(s) failed: "
+              f"{', '.join(f'{r.configuration}/seed_{r.seed}' for r in failed)} (see the report)", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (module docstring)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return _run(args, argv)
+    except (CliError, SpecError) as error:
+        print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,85 @@
+"""What each run of a study left on disk: its state, figures, wall times, failure, flags and dataset.
+
+Read-only: the report is built from these, so ``--report_only`` and a full invocation report the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from kitm.study import commands, runs
+from kitm.study.files import read_json
+from kitm.study.metrics import run_figures
+from kitm.study.runs import RunPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    configuration: str
+    seed: int
+    directory: pathlib.Path
+    state: str
+    figures: dict[str, float]  # empty unless done
+    launch_seconds: float | None  # the study's wall clock over every launcher attempt
+    eval_seconds: float | None
+    launcher_seconds: float | None  # the launcher's own total (summary.json; its last attempt only)
+    failure: dict | None  # {"stage", "returncode", "log_tail"} of a failed run
+    flags: dict | None  # the launcher's final flag values (summary.json)
+    dataset: dict | None  # {"dir", "name", "split_images", "source"}: the records the run trained on
+    kitm_source: str | None  # fingerprint of the kitm sources that trained it (None: not trained by the study)
+    launch_command: str
+    eval_command: str
+
+    @property
+    def done(self) -> bool:
+        return self.state == runs.DONE
+
+    def as_dict(self) -> dict[str, object]:
+        return {"configuration": self.configuration, "seed": self.seed, "run_dir": str(self.directory),
+                "state": self.state, "figures": self.figures,
+                "seconds": {"launch": self.launch_seconds, "eval": self.eval_seconds,
+                            "launcher_total": self.launcher_seconds},
+                "failure": self.failure, "dataset": self.dataset, "kitm_source": self.kitm_source,
+                "launch_command": self.launch_command,
+                "eval_command": self.eval_command}
+
+
+def _dataset(summary: dict | None, split: str) -> dict | None:
+    """The dataset a run used (from its summary.json and the records' dataset.json), or None if unknown."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("dataset"), dict):
+        return None
+    entry = summary["dataset"]
+    info = read_json(pathlib.Path(str(entry.get("dir", ""))) / "dataset.json") if entry.get("dir") else None
+    splits = entry.get("splits") or {}
+    return {"dir": entry.get("dir"), "name": entry.get("name"), "split_images": splits.get(split),
+            "source": info.get("source") if isinstance(info, dict) else None}
+
+
+def collect(plan: RunPlan, split: str) -> RunResult:
+    """The run's result from its folder (`split`: the evaluated split, whose size is recorded)."""
+    status = runs.read_status(plan)
+    state = runs.run_state(plan, status)
+    figures: dict[str, float] = {}
+    failure = None
+    if state == runs.DONE:
+        try:
+            figures = run_figures(read_json(plan.eval_json))
+        except ValueError as error:
+            state = runs.FAILED
+            failure = {"stage": "eval", "returncode": None, "log_tail": f"{plan.eval_json}: {error}"}
+    elif state == runs.FAILED:
+        failure = {"stage": status.get("failed_stage"), "returncode": status.get("returncode"),
+                   "log_tail": status.get("log_tail") or ""}
+    summary = read_json(plan.summary_json)
+    summary = summary if isinstance(summary, dict) else None
+    launcher_seconds = None
+    if summary is not None and isinstance(summary.get("seconds"), dict):
+        launcher_seconds = summary["seconds"].get("total")
+    return RunResult(
+        configuration=plan.configuration, seed=plan.seed, directory=plan.directory, state=state, figures=figures,
+        launch_seconds=runs.attempt_seconds(status, "launch"), eval_seconds=runs.attempt_seconds(status, "eval"),
+        launcher_seconds=launcher_seconds, failure=failure,
+        flags=summary.get("flags") if summary is not None else None, dataset=_dataset(summary, split),
+        kitm_source=runs.trained_by(status),
+        launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args))

@@ -1,0 +1,341 @@
+"""A study spec: a TOML file naming the launcher configurations, the seeds, the evaluation and the claims.
+
+Parsed with the standard library's :mod:`tomllib` and validated here; every problem is a :class:`SpecError`
+naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: ...``). The format::
+
+    name = "claims"                   # required; a title
+    out_dir = "studies/claims"        # default studies/<name>; relative to the current directory; --out overrides
+    seeds = [0, 1, 2]                 # required; distinct integers >= 0
+    baseline = "triplet"              # default: the first configuration
+    common_flags = ["--dataset=synthetic", "--synthetic_num_scenes=1500", "--epochs=8",
+                    "--data_dir=tfrecords/synthetic_claims"]   # before every configuration's flags
+    metrics = ["i2t_R@1", "t2i_NCS@10"]  # optional: the report's tables and plots (default: R@K, NCS@K, SR@K,
+                                         # CS@K both ways and rsum, those the runs have; kitm.study.metrics)
+
+    [evaluation]                      # how every run is scored: python -m kitm.eval --run_dir=<run> ...
+    split = "test"                    # default test
+    relevance = "truth"               # --relevance of kitm.eval (none, truth, cider, sbert, spice); default none
+    extra_args = []                   # more kitm.eval arguments (not --run_dir, --out, --split, --relevance)
+
+    [environment]                     # optional: variables set for every launcher and kitm.eval process
+    CUDA_VISIBLE_DEVICES = ""
+
+    [[configuration]]                 # one or more; name: letters, digits, '_', '-', '.' (it names a folder)
+    name = "triplet"
+    flags = ["--loss=triplet"]
+
+    [[configuration]]
+    name = "sam"
+    flags = ["--flagfile=launch/sam.flags", "--dataset=synthetic", "--relevance=truth"]
+
+    [[claim]]                         # optional, any number
+    name = "SAM improves semantic metrics while keeping R@K"
+    configuration = "sam"
+    baseline = "triplet"              # default: the study's baseline
+    improves = ["i2t_NCS@10", "t2i_NCS@10"]
+    keeps = ["i2t_R@1", "t2i_R@1"]
+    keep_tolerance = 1.0              # in the metric's units (percent points); or one per metric:
+                                      # keep_tolerance = {"i2t_R@1" = 1.0, "t2i_R@1" = 1.5} (quote keys with '@')
+
+The launch command of a run is ``python -m kitm.launch <common_flags> <configuration flags> --seed=<s>
+--run_dir=<out>/runs/<configuration>/seed_<s> --progress=false``. absl reads flags left to right, a later flag
+overriding an earlier one, and expands ``--flagfile=`` in place: so a configuration's flagfile overrides the
+common flags it repeats (``launch/sam.flags`` sets ``--dataset=f30k``: repeat ``--dataset=synthetic`` after it,
+as above; :func:`kitm.study.commands.overridden_common_flags` warns about such overrides). ``--seed`` and
+``--run_dir`` belong to the study and may not appear in the spec's flags. Flagfile paths are relative to the
+current directory (normally the repository root), like the paths of the flags themselves.
+
+Pin the synthetic world with a fresh ``--data_dir`` of the study's own. The launcher builds a world only where
+none exists (``tfrecords/synthetic`` by default, whatever size an earlier run gave it: a 3000-scene demo world
+silently replaces ``--synthetic_num_scenes=1500``), with the ``--seed`` of the first run that builds it; every
+later run reuses it whatever its own seed. So a study's seeds vary training (data order, augmentation,
+initialisation), not the world; the report names the world each run used and warns when the runs' worlds or
+scene counts differ. A loss that needs other relevance rows (sentence embeddings, neighbours) needs a folder built
+with them: put ``--data_dir`` in each configuration's flags then (same scene count; the same seed builds the same
+scenes and captions), or leave it to the launcher, which picks ``tfrecords/synthetic_sbert`` and the like.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import re
+import tomllib
+from collections.abc import Mapping
+
+from kitm.eval.relevance_sources import RELEVANCE_SOURCES
+
+# Flags the study sets on every launch and kitm.eval command; a spec that sets them would be silently overridden.
+STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
+STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", "evaluation", "environment",
+             "configuration", "claim"}
+_EVALUATION_KEYS = {"split", "relevance", "extra_args"}
+_CONFIGURATION_KEYS = {"name", "flags"}
+_CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance"}
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the file and the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    name: str
+    flags: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    split: str = "test"
+    relevance: str = "none"
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    name: str
+    configuration: str
+    baseline: str
+    improves: tuple[str, ...]
+    keeps: tuple[str, ...]
+    keep_tolerance: Mapping[str, float]  # one entry per metric of `keeps`
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "configuration": self.configuration, "baseline": self.baseline,
+                "improves": list(self.improves), "keeps": list(self.keeps),
+                "keep_tolerance": dict(self.keep_tolerance)}
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    path: pathlib.Path
+    name: str
+    out_dir: pathlib.Path
+    seeds: tuple[int, ...]
+    baseline: str
+    common_flags: tuple[str, ...]
+    evaluation: Evaluation
+    configurations: tuple[Configuration, ...]
+    claims: tuple[Claim, ...] = ()
+    metrics: tuple[str, ...] | None = None
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def configuration(self, name: str) -> Configuration:
+        for configuration in self.configurations:
+            if configuration.name == name:
+                return configuration
+        raise KeyError(name)
+
+    @property
+    def configuration_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.configurations)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": str(self.path), "name": self.name, "out_dir": str(self.out_dir), "seeds": list(self.seeds),
+                "baseline": self.baseline, "common_flags": list(self.common_flags),
+                "evaluation": {"split": self.evaluation.split, "relevance": self.evaluation.relevance,
+                               "extra_args": list(self.evaluation.extra_args)},
+                "environment": dict(self.environment),
+                "configurations": [{"name": c.name, "flags": list(c.flags)} for c in self.configurations],
+                "claims": [claim.as_dict() for claim in self.claims],
+                "metrics": None if self.metrics is None else list(self.metrics)}
+
+
+class _Checker:
+    """Type checks that name the spec file and the key path in their errors."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+
+    def fail(self, key: str, message: str) -> SpecError:
+        return SpecError(f"{self.path}: {key}: {message}")
+
+    def table(self, value: object, key: str, allowed: set[str]) -> Mapping[str, object]:
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"must be a table; got {_describe(value)}.")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            where = f"{key}." if key != "(top level)" else ""
+            raise self.fail(f"{where}{unknown[0]}", f"unknown key (known: {', '.join(sorted(allowed))}).")
+        return value
+
+    def string(self, value: object, key: str, *, pattern: re.Pattern | None = None) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"must be a non-empty string; got {_describe(value)}.")
+        if pattern is not None and not pattern.match(value):
+            raise self.fail(key, f"{value!r} must be letters, digits, '_', '-' or '.', starting with a letter or "
+                                 "digit (it names a folder).")
+        return value
+
+    def strings(self, value: object, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list of strings; got {_describe(value)}.")
+        return tuple(self.string(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+    def flags(self, value: object, key: str, forbidden: tuple[str, ...]) -> tuple[str, ...]:
+        flags = self.strings(value, key)
+        for i, flag in enumerate(flags):
+            if not flag.startswith("--"):
+                raise self.fail(f"{key}[{i}]", f"{flag!r} is not a flag: each entry is one '--name=value' "
+                                               "(or '--name') string.")
+            name = flag[2:].split("=", 1)[0]
+            if not _FLAG_NAME.match(name):
+                raise self.fail(f"{key}[{i}]", f"{flag!r} is not one '--name=value' flag (a flag and its value "
+                                               "are one string joined by '=').")
+            if name in forbidden:
+                raise self.fail(f"{key}[{i}]", f"--{name} is set by the study on every command (each run gets "
+                                               "its own); remove it from the spec.")
+            if name == "flagfile":
+                target = flag.split("=", 1)[1] if "=" in flag else ""
+                if not target or not pathlib.Path(target).is_file():
+                    raise self.fail(f"{key}[{i}]", f"flagfile {target!r} does not exist (flagfile paths are "
+                                                   f"relative to the current directory, {pathlib.Path.cwd()}).")
+        return flags
+
+    def number(self, value: object, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise self.fail(key, f"must be a number >= 0; got {_describe(value)}.")
+        return float(value)
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def load_spec(path: str | pathlib.Path) -> StudySpec:
+    """Read and validate the study spec at `path`; raises SpecError naming the file and key of any problem."""
+    path = pathlib.Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError(f"{path}: cannot be read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(f"{path}: not valid TOML: {error}") from None
+    return parse_spec(raw, path)
+
+
+def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
+    """Validate a parsed TOML document (see the module docstring); `path` names the file in errors."""
+    check = _Checker(path)
+    check.table(raw, "(top level)", _TOP_KEYS)
+    for key in ("name", "seeds", "configuration"):
+        if key not in raw:
+            raise check.fail(key, "missing (required).")
+    name = check.string(raw["name"], "name")
+    out_dir = pathlib.Path(check.string(raw.get("out_dir", f"studies/{name}"), "out_dir"))
+
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not seeds:
+        raise check.fail("seeds", f"must be a non-empty list of integers >= 0; got {_describe(seeds)}.")
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise check.fail(f"seeds[{i}]", f"must be an integer >= 0; got {_describe(seed)}.")
+    if len(set(seeds)) != len(seeds):
+        raise check.fail("seeds", f"repeats a seed: {seeds}.")
+
+    common_flags = check.flags(raw.get("common_flags", []), "common_flags", STUDY_LAUNCH_FLAGS)
+
+    evaluation_raw = check.table(raw.get("evaluation", {}), "evaluation", _EVALUATION_KEYS)
+    relevance = check.string(evaluation_raw.get("relevance", "none"), "evaluation.relevance")
+    if relevance not in RELEVANCE_SOURCES:
+        raise check.fail("evaluation.relevance", f"{relevance!r} is not one of {', '.join(RELEVANCE_SOURCES)}.")
+    evaluation = Evaluation(split=check.string(evaluation_raw.get("split", "test"), "evaluation.split"),
+                            relevance=relevance,
+                            extra_args=check.flags(evaluation_raw.get("extra_args", []), "evaluation.extra_args",
+                                                   STUDY_EVAL_FLAGS))
+
+    environment_raw = raw.get("environment", {})
+    environment_raw = check.table(environment_raw, "environment",
+                                  set(environment_raw) if isinstance(environment_raw, Mapping) else set())
+    environment = {str(key): _environment_value(check, key, value) for key, value in environment_raw.items()}
+
+    configurations_raw = raw["configuration"]
+    if not isinstance(configurations_raw, list) or not configurations_raw:
+        raise check.fail("configuration", "must be one or more [[configuration]] tables.")
+    configurations = []
+    for i, entry in enumerate(configurations_raw):
+        key = f"configuration[{i}]"
+        entry = check.table(entry, key, _CONFIGURATION_KEYS)
+        if "name" not in entry:
+            raise check.fail(f"{key}.name", "missing (required).")
+        configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
+                                      flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS))
+        if any(c.name == configuration.name for c in configurations):
+            raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
+        configurations.append(configuration)
+    names = [c.name for c in configurations]
+
+    baseline = check.string(raw.get("baseline", names[0]), "baseline")
+    if baseline not in names:
+        raise check.fail("baseline", f"{baseline!r} is not a configuration (configurations: {', '.join(names)}).")
+
+    metrics = None
+    if "metrics" in raw:
+        metrics = check.strings(raw["metrics"], "metrics")
+        if not metrics:
+            raise check.fail("metrics", "must list at least one metric (or be left out for the default list).")
+
+    claims = tuple(_parse_claim(check, i, entry, names, baseline) for i, entry in enumerate(raw.get("claim", [])))
+    if len({claim.name for claim in claims}) != len(claims):
+        raise check.fail("claim", "two claims have the same name.")
+    return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
+                     common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
+                     claims=claims, metrics=metrics, environment=environment)
+
+
+def _environment_value(check: _Checker, key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise check.fail(f"environment.{key}", f"must be a string; got {_describe(value)}.")
+    return value
+
+
+def _parse_claim(check: _Checker, index: int, entry: object, names: list[str], default_baseline: str) -> Claim:
+    key = f"claim[{index}]"
+    entry = check.table(entry, key, _CLAIM_KEYS)
+    for required in ("name", "configuration"):
+        if required not in entry:
+            raise check.fail(f"{key}.{required}", "missing (required).")
+    name = check.string(entry["name"], f"{key}.name")
+    configuration = check.string(entry["configuration"], f"{key}.configuration")
+    baseline = check.string(entry.get("baseline", default_baseline), f"{key}.baseline")
+    for field, value in (("configuration", configuration), ("baseline", baseline)):
+        if value not in names:
+            raise check.fail(f"{key}.{field}", f"{value!r} is not a configuration (configurations: "
+                                               f"{', '.join(names)}).")
+    if configuration == baseline:
+        raise check.fail(f"{key}.baseline", f"the claim compares {configuration!r} with itself.")
+    improves = check.strings(entry.get("improves", []), f"{key}.improves")
+    keeps = check.strings(entry.get("keeps", []), f"{key}.keeps")
+    if not improves and not keeps:
+        raise check.fail(key, "a claim needs at least one metric in 'improves' or 'keeps'.")
+    both = sorted(set(improves) & set(keeps))
+    if both:
+        raise check.fail(f"{key}.keeps", f"{both[0]} is in both 'improves' and 'keeps'.")
+    tolerances: dict[str, float] = {}
+    if keeps:
+        if "keep_tolerance" not in entry:
+            raise check.fail(f"{key}.keep_tolerance", "missing: a claim with 'keeps' needs the largest loss it "
+                                                      "accepts, in the metric's units (a number, or a table "
+                                                      "{metric = number}).")
+        raw_tolerance = entry["keep_tolerance"]
+        if isinstance(raw_tolerance, Mapping):
+            for metric in raw_tolerance:
+                if metric not in keeps:
+                    raise check.fail(f"{key}.keep_tolerance.{metric}", "is not one of the claim's 'keeps'.")
+            for metric in keeps:
+                if metric not in raw_tolerance:
+                    raise check.fail(f"{key}.keep_tolerance", f"has no tolerance for {metric}.")
+                tolerances[metric] = check.number(raw_tolerance[metric], f"{key}.keep_tolerance.{metric}")
+        else:
+            value = check.number(raw_tolerance, f"{key}.keep_tolerance")
+            tolerances = {metric: value for metric in keeps}
+    elif "keep_tolerance" in entry:
+        raise check.fail(f"{key}.keep_tolerance", "given without any 'keeps' metric.")
+    return Claim(name=name, configuration=configuration, baseline=baseline, improves=improves, keeps=keeps,
+                 keep_tolerance=tolerances)
