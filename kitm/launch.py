@@ -37,6 +37,9 @@ flags.DEFINE_string("dataset", "synthetic", "Dataset name: synthetic, or a built
 flags.DEFINE_string("data_dir", None, "Folder of the built TFRecords (default tfrecords/<dataset>).")
 flags.DEFINE_integer("synthetic_num_scenes", 3000, "Scenes in the synthetic world (built when absent).",
                      lower_bound=10)
+flags.DEFINE_float("train_fraction", 1.0, "Train on this fraction of the training images: a fixed subset, the "
+                   "images with the smallest ids (evaluation splits unchanged; e.g. 0.1 for SAM's limited-data "
+                   "setting).", lower_bound=1e-6, upper_bound=1.0)
 flags.DEFINE_integer("image_size", 64, "Side of the square model input.", lower_bound=16)
 flags.DEFINE_enum("captions_per_step", "sample", ["sample", "all"],
                   "sample: one random caption per image per epoch; all: every caption is a sample.")
@@ -236,13 +239,19 @@ DATASET_DEFAULTS = {
 }
 
 
+CENTER_PHASE_FLAGS = ("center_phase_epochs", "center_phase2_learning_rate", "center_phase3_learning_rate",
+                      "num_quantized_centers", "margin_update_every")
+
+
 def apply_dataset_defaults() -> list[str]:
     """Set the --dataset's defaults on flags nobody set; returns the `--flag=value` strings applied."""
     applied = []
     for name, value in DATASET_DEFAULTS.get(FLAGS.dataset, {}).items():
+        if name in CENTER_PHASE_FLAGS and not uses_center_phases():
+            continue  # only --loss=centers reads them: not worth a line of the run's output
         if not FLAGS[name].present and FLAGS[name].value != value:
             FLAGS[name].value = value
-            applied.append(f"--{name}={value}")
+            applied.append(f"--{name}={','.join(value) if isinstance(value, list) else value}")
     return applied
 
 
@@ -344,14 +353,36 @@ def ensure_dataset(data_dir: pathlib.Path):
         raise LaunchError(str(error)) from error
 
 
+def training_subset(data_dir: pathlib.Path, info) -> tuple[int, int] | None:
+    """--train_fraction as PipelineConfig.train_subset: (largest kept image id, images kept); None for all."""
+    if FLAGS.train_fraction >= 1.0:
+        return None
+    import numpy as np
+
+    from kitm.training.center_phases import read_image_ids
+
+    ids = np.sort(read_image_ids(data_dir, "train"))
+    count = max(1, round(FLAGS.train_fraction * ids.size))
+    return int(ids[count - 1]), count
+
+
+def training_images(info) -> int:
+    """The training images a run reads (all, or --train_fraction of them)."""
+    return max(1, round(FLAGS.train_fraction * info.num_images("train"))) if FLAGS.train_fraction < 1.0 else \
+        info.num_images("train")
+
+
 def check_flags_against_data(info) -> None:
     if "train" not in info.splits:
         raise LaunchError(f"The dataset at {FLAGS.data_dir} has no train split.")
-    samples = info.num_images("train") * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
+    samples = training_images(info) * (info.captions_per_image if FLAGS.captions_per_step == "all" else 1)
     if FLAGS.batch_size > samples:
         raise LaunchError(f"--batch_size={FLAGS.batch_size} is larger than the {samples} training samples of "
                           f"{FLAGS.data_dir}; lower --batch_size.")
     check_loss_flags()
+    if FLAGS.train_fraction < 1.0 and (uses_neighbor_batching() or uses_center_phases()):
+        raise LaunchError(f"--train_fraction={FLAGS.train_fraction} is not supported with --loss=neighborhood or "
+                          "--loss=centers (their batches and centres cover the whole training split).")
     if uses_center_phases():
         center_phase_config(info.num_images("train"))
     if FLAGS.eval_relevance == "truth" and "truth" not in info.relevance:
@@ -702,6 +733,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         relevance=FLAGS.relevance, crop_area=(FLAGS.crop_area_min, 1.0), flip=FLAGS.flip,
         eval_crop_fraction=FLAGS.eval_crop_fraction, num_replicas=replicas, seed=FLAGS.seed,
         cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(),
+        train_subset=training_subset(data_dir, info),
         neighbor_draw=FLAGS.neighbor_draw, neighbor_space=FLAGS.neighbor_space, test_crops=FLAGS.test_crops)
     centers = uses_center_phases()
     if centers:  # seed 003: the objective is trained in three phases, each its own fit
@@ -719,7 +751,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
 
     # Per-replica pipelines under several replicas (kitm.training.distribution explains the choice).
     train = distributed_training_input(
-        strategy, pipeline, global_batch=FLAGS.batch_size, num_images=info.num_images("train"),
+        strategy, pipeline, global_batch=FLAGS.batch_size, num_images=training_images(info),
         samples_per_image=info.captions_per_image if FLAGS.captions_per_step == "all" else 1, seed=FLAGS.seed)
     steps_per_epoch = train.steps_per_epoch
 

@@ -102,3 +102,18 @@ def test_bad_configs_are_refused():
         PipelineConfig(captions="some")
     with pytest.raises(ValueError, match="divisible by the 3 replicas"):
         PipelineConfig(batch_size=16, num_replicas=3)
+
+
+def test_train_subset_reads_a_fixed_subset_of_the_training_images(tiny_synthetic, tokenizer):
+    from kitm.training.center_phases import read_image_ids
+
+    ids = np.sort(read_image_ids(tiny_synthetic, "train"))
+    kept = ids[:24]  # 25% of the 96 training images: the smallest ids, the same every epoch and seed
+    for seed in (1, 2):
+        dataset = training_dataset(tiny_synthetic, "train", tokenizer,
+                                   _config(captions="all", seed=seed, train_subset=(int(kept[-1]), 24)))
+        seen = np.concatenate([y["image_index"].numpy() for _, y in dataset])
+        assert len(seen) == 24 * 5 // 16 * 16  # drop_remainder over the subset's samples
+        assert set(seen.tolist()) <= set(kept.tolist()) and len(set(seen.tolist())) >= 20
+    with pytest.raises(KitmDataError, match="batch_size 16 is larger than the 5 training samples"):
+        training_dataset(tiny_synthetic, "train", tokenizer, _config(train_subset=(int(ids[4]), 5)))

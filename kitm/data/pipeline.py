@@ -71,6 +71,8 @@ class PipelineConfig:
         neighbor_space: where the neighbours of neighbour-aware batching were found: "text" (the records'
             neighbors slot) or "image" (the image_neighbors slot, seed 004's Img NNs variant).
         test_crops: N; evaluation images become N random crops [N, H, W, 3] (1: the centre crop [H, W, 3]).
+        train_subset: (max_image_id, count): training reads only the `count` images whose `image/id` is at most
+            `max_image_id` (a fixed subset of the split, e.g. the launcher's --train_fraction); None: all.
     """
 
     batch_size: int = 128
@@ -89,6 +91,7 @@ class PipelineConfig:
     neighbor_draw: str = "mutual"
     neighbor_space: str = "text"
     test_crops: int = 1
+    train_subset: tuple[int, int] | None = None
 
     def __post_init__(self):
         if self.captions not in CAPTION_MODES:
@@ -278,6 +281,9 @@ def _records(root, split: str, config: PipelineConfig, training: bool, shard: tu
                                cycle_length=min(len(paths), 16)).shard(*shard)
     records = records.map(lambda path, record: parse_record(path, record, spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=config.deterministic)
+    if training and config.train_subset is not None:
+        max_id = tf.constant(config.train_subset[0], tf.int64)
+        records = records.filter(lambda parsed: parsed["image/id"] <= max_id)
     return info, records
 
 
@@ -302,8 +308,11 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     if shard is not None and config.neighbor_batching:
         raise KitmDataError("Neighbour-aware batching pairs captions across the whole split; it does not run on a "
                             "shard of it (one pipeline per worker under MultiWorkerMirroredStrategy).")
+    if config.train_subset is not None and config.neighbor_batching:
+        raise KitmDataError("Neighbour-aware batching draws partners from the whole split; it does not run on a "
+                            "subset of it (--train_fraction).")
     info, records = _records(root, split, config, training=True, shard=shard)
-    num_images = info.num_images(split)
+    num_images = info.num_images(split) if config.train_subset is None else config.train_subset[1]
     if shard is not None:
         num_images = len(range(shard[1], num_images, shard[0]))
     samples = num_images * (info.captions_per_image if config.captions == "all" else 1)

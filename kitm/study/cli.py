@@ -33,6 +33,7 @@ PROG = "kitm.study"
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 SPEC_COPY = "spec.toml"
+AGREEMENT_FILE = "agreement.json"
 
 
 class CliError(Exception):
@@ -93,6 +94,33 @@ def _dry_run(plans: Sequence[runs.RunPlan]) -> None:
             print(commands.display(plan.eval_args))
 
 
+def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
+    """The spec's [agreement] figures (kitm.study.agreement), kept in <out>/agreement.json and reused while the
+    spec's [agreement] table is unchanged; {"error": ...} when its dataset cannot be read (yet)."""
+    if spec.agreement is None:
+        return None
+    import json
+
+    from kitm.study.files import write_text_atomically
+
+    cache = out_dir / AGREEMENT_FILE
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        if cached.get("parameters") == spec.agreement.as_dict():
+            return cached
+    from kitm.data.errors import KitmDataError
+    from kitm.study.agreement import relevance_agreement
+
+    try:
+        figures = relevance_agreement(spec.agreement.data_dir, spec.agreement.split, spec.agreement.sources,
+                                      spec.agreement.reference)
+    except (KitmDataError, ValueError, OSError) as error:
+        return {"parameters": spec.agreement.as_dict(), "error": " ".join(str(error).split())}
+    payload = {"parameters": spec.agreement.as_dict(), **figures}
+    write_text_atomically(cache, json.dumps(payload, indent=2, sort_keys=True))
+    return payload
+
+
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     started = time.monotonic()
     spec = load_spec(args.spec)
@@ -126,8 +154,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     analysis = analyse(spec, results, seeds)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_bytes_atomically(out_dir / SPEC_COPY, spec.path.read_bytes())  # the spec these figures came from
+    agreement = _agreement(spec, out_dir)
     paths = write_report(analysis, out_dir, mode="report_only" if args.report_only else "run",
-                         seconds=time.monotonic() - started, argv=argv)
+                         seconds=time.monotonic() - started, argv=argv, agreement=agreement)
     for claim in analysis.claims:
         print(f"claim {claim.name!r}: {claim.verdict}")
     for warning in analysis.warnings:

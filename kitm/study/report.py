@@ -197,8 +197,25 @@ def _commands_section(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[st
     return lines + ["```", "", "</details>", ""]
 
 
-def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict, plots: Sequence[pathlib.Path]) \
-        -> str:
+def _agreement_section(agreement: dict | None) -> list[str]:
+    if agreement is None:
+        return []
+    parameters = agreement["parameters"]
+    lines = ["## Relevance sources against the reference", ""]
+    if "error" in agreement:
+        return lines + [f"Not computed: {agreement['error']}", ""]
+    lines.append(f"Kendall tau-b of each source's relevance matrix with `{parameters['reference']}` on split "
+                 f"`{parameters['split']}` of `{parameters['data_dir']}` ({agreement['captions']} captions x "
+                 f"{agreement['images']} images; kitm.study.agreement): over all pairs, and the mean over caption "
+                 "rows and over image columns.")
+    lines.append("")
+    rows = [[f"`{source}`", _number(f["all_pairs"], 3), _number(f["per_caption"], 3), _number(f["per_image"], 3)]
+            for source, f in agreement["sources"].items()]
+    return lines + _table(["source", "tau-b, all pairs", "mean tau-b per caption", "mean tau-b per image"], rows) + [""]
+
+
+def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict, plots: Sequence[pathlib.Path],
+                   agreement: dict | None = None) -> str:
     spec = analysis.spec
     done = sum(r.done for r in analysis.results)
     lines = [f"# Study `{spec.name}`", "",
@@ -211,6 +228,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
     lines += _claims_section(analysis)
     lines += _figures_section(analysis)
     lines += _comparisons_section(analysis)
+    lines += _agreement_section(agreement)
     lines += ["## Verdict rules", "", *(f"- {rule}" for rule in claim_rules.RULES),
               f"- t(0.975, n-1) for n = 2, 3, 5, 10 seeds: {', '.join(f'{t_quantile(n):.3f}' for n in (2, 3, 5, 10))}.",
               ""]
@@ -230,7 +248,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
 
 
 def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
-               plots: Sequence[pathlib.Path]) -> dict:
+               plots: Sequence[pathlib.Path], agreement: dict | None = None) -> dict:
     spec = analysis.spec
     return {
         "kitm_version": kitm.__version__,
@@ -249,6 +267,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                                                                    for m, comparison in per_metric.items()}}
                         for c, per_metric in analysis.comparisons.items()},
         "claims": [claim.as_dict() for claim in analysis.claims],
+        "agreement": agreement,
         "verdict_rules": list(claim_rules.RULES),
         "flag_differences": {c: {name: {"baseline": before, "configuration": after}
                                  for name, (before, after) in differences.items()}
@@ -266,7 +285,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
 
 
 def write_report(analysis: StudyAnalysis, out_dir: pathlib.Path, *, mode: str, seconds: float,
-                 argv: Sequence[str]) -> dict[str, pathlib.Path]:
+                 argv: Sequence[str], agreement: dict | None = None) -> dict[str, pathlib.Path]:
     """Write the plots, report.md and report.json under `out_dir`; returns their paths."""
     from kitm.study.plots import write_plots
 
@@ -274,6 +293,7 @@ def write_report(analysis: StudyAnalysis, out_dir: pathlib.Path, *, mode: str, s
     invocation = {"mode": mode, "argv": list(argv), "seconds": seconds,
                   "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     plots = write_plots(analysis, out_dir)
-    markdown = write_text_atomically(out_dir / REPORT_MD, build_markdown(analysis, out_dir, invocation, plots))
-    payload = write_json_atomically(out_dir / REPORT_JSON, build_json(analysis, out_dir, invocation, plots))
+    markdown = write_text_atomically(out_dir / REPORT_MD, build_markdown(analysis, out_dir, invocation, plots,
+                                                                         agreement))
+    payload = write_json_atomically(out_dir / REPORT_JSON, build_json(analysis, out_dir, invocation, plots, agreement))
     return {"markdown": markdown, "json": payload}

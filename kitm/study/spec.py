@@ -28,6 +28,12 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     name = "sam"
     flags = ["--flagfile=launch/sam.flags", "--dataset=synthetic", "--relevance=truth"]
 
+    [agreement]                       # optional: Kendall tau-b of relevance sources against a reference
+    data_dir = "tfrecords/claims"     # a built dataset (the study's world), read once (kitm.study.agreement)
+    split = "test"                    # default test
+    sources = ["cider", "sbert"]      # default these two
+    reference = "truth"               # default truth
+
     [[claim]]                         # optional, any number
     name = "SAM improves semantic metrics while keeping R@K"
     configuration = "sam"
@@ -72,7 +78,8 @@ STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-prog
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim"}
+             "configuration", "claim", "agreement"}
+_AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags"}
 _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance"}
@@ -93,6 +100,18 @@ class Evaluation:
     split: str = "test"
     relevance: str = "none"
     extra_args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    data_dir: pathlib.Path
+    split: str = "test"
+    sources: tuple[str, ...] = ("cider", "sbert")
+    reference: str = "truth"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"data_dir": str(self.data_dir), "split": self.split, "sources": list(self.sources),
+                "reference": self.reference}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +142,7 @@ class StudySpec:
     claims: tuple[Claim, ...] = ()
     metrics: tuple[str, ...] | None = None
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    agreement: Agreement | None = None
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -142,6 +162,7 @@ class StudySpec:
                 "environment": dict(self.environment),
                 "configurations": [{"name": c.name, "flags": list(c.flags)} for c in self.configurations],
                 "claims": [claim.as_dict() for claim in self.claims],
+                "agreement": None if self.agreement is None else self.agreement.as_dict(),
                 "metrics": None if self.metrics is None else list(self.metrics)}
 
 
@@ -284,9 +305,23 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     claims = tuple(_parse_claim(check, i, entry, names, baseline) for i, entry in enumerate(raw.get("claim", [])))
     if len({claim.name for claim in claims}) != len(claims):
         raise check.fail("claim", "two claims have the same name.")
+    agreement = None
+    if "agreement" in raw:
+        agreement_raw = check.table(raw["agreement"], "agreement", _AGREEMENT_KEYS)
+        if "data_dir" not in agreement_raw:
+            raise check.fail("agreement.data_dir", "missing (required): the dataset whose split is compared.")
+        sources = check.strings(agreement_raw.get("sources", ["cider", "sbert"]), "agreement.sources")
+        reference = check.string(agreement_raw.get("reference", "truth"), "agreement.reference")
+        for key, value in [("reference", reference), *(("sources", source) for source in sources)]:
+            if value not in RELEVANCE_SOURCES or value == "none":
+                raise check.fail(f"agreement.{key}", f"{value!r} is not a relevance source "
+                                                     f"({', '.join(s for s in RELEVANCE_SOURCES if s != 'none')}).")
+        agreement = Agreement(data_dir=pathlib.Path(check.string(agreement_raw["data_dir"], "agreement.data_dir")),
+                              split=check.string(agreement_raw.get("split", "test"), "agreement.split"),
+                              sources=sources, reference=reference)
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
-                     claims=claims, metrics=metrics, environment=environment)
+                     claims=claims, metrics=metrics, environment=environment, agreement=agreement)
 
 
 def _environment_value(check: _Checker, key: str, value: object) -> str:
