@@ -56,3 +56,28 @@ sources = ["cider"]
     assert (tmp_path / "out" / "agreement.json").read_text() == cached  # reused, not recomputed
     spec.write_text(spec.read_text().replace('sources = ["cider"]', 'sources = ["bleu"]'))
     assert main([f"--spec={spec}", "--report_only"]) == 2  # a bad source is named
+
+
+def test_prepare_steps_run_once_and_a_failure_is_named(tmp_path):
+    from kitm.study.cli import CliError, _prepare
+    from kitm.study.spec import load_spec
+
+    marker = tmp_path / "world" / "dataset.json"
+    spec_path = tmp_path / "study.toml"
+    spec_path.write_text(f"""name = "prep"
+seeds = [0]
+[[configuration]]
+name = "triplet"
+[[prepare]]
+creates = "{marker}"
+command = ["-c", "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(); p.write_text('built')", "{marker}"]
+""")
+    spec = load_spec(spec_path)
+    _prepare(spec, tmp_path / "out")
+    assert marker.read_text() == "built" and "exit status 0" in (tmp_path / "out" / "prepare_0.log").read_text()
+    _prepare(spec, tmp_path / "out")  # exists: not run again (mkdir would fail)
+    marker.unlink()
+    marker.parent.rmdir()
+    spec_path.write_text(spec_path.read_text().replace("p.write_text('built')", "sys.exit(3)"))
+    with pytest.raises(CliError, match=r"prepare\[0\].*status 3 without creating"):
+        _prepare(load_spec(spec_path), tmp_path / "out")

@@ -206,3 +206,10 @@ def test_metric_names_and_default_list():
         {"i2t_R@1": 10.0, "t2i_R@1": 20.5, "rsum": 30.5}
     with pytest.raises(ValueError, match="flat"):
         run_figures({"rsum": 1.0})
+
+
+def test_run_figures_reads_neighbourhood_preservation_in_percent():
+    figures = run_figures({"flat": {"i2t_R@1": 10.0}, "rsum": 10.0,
+                           "neighbourhood_preservation": {"reference": "sbert", "k": 20, "text": 0.25, "image": 0.5}})
+    assert figures == {"i2t_R@1": 10.0, "rsum": 10.0, "NP_text": 25.0, "NP_image": 50.0}
+    assert default_metrics(figures)[-2:] == ["NP_text", "NP_image"]

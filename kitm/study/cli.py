@@ -94,6 +94,22 @@ def _dry_run(plans: Sequence[runs.RunPlan]) -> None:
             print(commands.display(plan.eval_args))
 
 
+def _prepare(spec: StudySpec, out_dir: pathlib.Path) -> None:
+    """Run each [[prepare]] command whose `creates` path is missing (log: <out>/prepare_<i>.log)."""
+    from kitm.study.runner import call_logged
+
+    for i, step in enumerate(spec.prepare):
+        if step.creates.exists():
+            continue
+        log = out_dir / f"prepare_{i}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        print(f"{PROG}: preparing ({' '.join(step.command)}); log {log}", file=sys.stderr, flush=True)
+        status, _ = call_logged(sys.executable, step.command, log, commands.subprocess_environment(spec))
+        if status != 0 or not step.creates.exists():
+            raise CliError(f"{spec.path}: prepare[{i}] ({' '.join(step.command)}) exited with status {status} "
+                           f"without creating {step.creates}; see {log}.")
+
+
 def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
     """The spec's [agreement] figures (kitm.study.agreement), kept in <out>/agreement.json and reused while the
     spec's [agreement] table is unchanged; {"error": ...} when its dataset cannot be read (yet)."""
@@ -143,6 +159,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                            "the spec.")
         from kitm.study.runner import run_all
 
+        _prepare(spec, out_dir)
         run_all(selected, commands.subprocess_environment(spec), progress=args.progress)
 
     from kitm.study.analysis import analyse

@@ -28,6 +28,10 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     name = "sam"
     flags = ["--flagfile=launch/sam.flags", "--dataset=synthetic", "--relevance=truth"]
 
+    [[prepare]]                       # optional, any number: run once, in order, before any run, unless
+    creates = "tfrecords/claims/dataset.json"   # this path exists (e.g. build the world every run then shares)
+    command = ["-m", "kitm.data.build", "--dataset=synthetic", "--out=tfrecords/claims"]  # after the interpreter
+
     [agreement]                       # optional: Kendall tau-b of relevance sources against a reference
     data_dir = "tfrecords/claims"     # a built dataset (the study's world), read once (kitm.study.agreement)
     split = "test"                    # default test
@@ -78,7 +82,8 @@ STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-prog
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim", "agreement"}
+             "configuration", "claim", "agreement", "prepare"}
+_PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags"}
@@ -100,6 +105,15 @@ class Evaluation:
     split: str = "test"
     relevance: str = "none"
     extra_args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepare:
+    creates: pathlib.Path
+    command: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"creates": str(self.creates), "command": list(self.command)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +157,7 @@ class StudySpec:
     metrics: tuple[str, ...] | None = None
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     agreement: Agreement | None = None
+    prepare: tuple[Prepare, ...] = ()
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -163,6 +178,7 @@ class StudySpec:
                 "configurations": [{"name": c.name, "flags": list(c.flags)} for c in self.configurations],
                 "claims": [claim.as_dict() for claim in self.claims],
                 "agreement": None if self.agreement is None else self.agreement.as_dict(),
+                "prepare": [step.as_dict() for step in self.prepare],
                 "metrics": None if self.metrics is None else list(self.metrics)}
 
 
@@ -319,9 +335,22 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
         agreement = Agreement(data_dir=pathlib.Path(check.string(agreement_raw["data_dir"], "agreement.data_dir")),
                               split=check.string(agreement_raw.get("split", "test"), "agreement.split"),
                               sources=sources, reference=reference)
+    prepare = []
+    for i, entry in enumerate(raw.get("prepare", [])):
+        key = f"prepare[{i}]"
+        entry = check.table(entry, key, _PREPARE_KEYS)
+        for required in ("creates", "command"):
+            if required not in entry:
+                raise check.fail(f"{key}.{required}", "missing (required).")
+        command = check.strings(entry["command"], f"{key}.command")
+        if not command:
+            raise check.fail(f"{key}.command", "is empty.")
+        prepare.append(Prepare(creates=pathlib.Path(check.string(entry["creates"], f"{key}.creates")),
+                               command=command))
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
-                     claims=claims, metrics=metrics, environment=environment, agreement=agreement)
+                     claims=claims, metrics=metrics, environment=environment, agreement=agreement,
+                     prepare=tuple(prepare))
 
 
 def _environment_value(check: _Checker, key: str, value: object) -> str:
