@@ -70,10 +70,12 @@ class RunPlan:
 
 def plan_runs(spec: StudySpec, out_dir: pathlib.Path, configurations: Iterable[str],
               seeds: Iterable[int]) -> list[RunPlan]:
-    """Every (configuration, seed), configurations in spec order, seeds ascending within each."""
+    """Every (configuration, seed): seeds ascending, the configurations in spec order within each seed, so that a
+    study stopped early has every configuration of its first seeds (whole paired comparisons)."""
     plans = []
-    for configuration in configurations:
-        for seed in sorted(seeds):
+    configurations = list(configurations)
+    for seed in sorted(seeds):
+        for configuration in configurations:
             directory = commands.run_dir(out_dir, configuration, seed)
             plans.append(RunPlan(configuration, seed, directory,
                                  tuple(commands.launch_args(spec, configuration, seed, directory)),
