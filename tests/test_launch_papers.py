@@ -17,14 +17,19 @@ SMALL = ["--dataset=synthetic", "--image_size=32", "--embedding_dim=32", "--word
          "--captions_per_step=sample"]
 
 
-@pytest.fixture(scope="module")
-def rich_world(tmp_path_factory):
+def _world_with_every_row(tmp_path_factory, name: str, num_scenes: int, seed: int):
+    """A 32 px synthetic world with CIDEr-D, sentence-embedding and 20-neighbour rows."""
     from kitm.data.synthetic_records import build_synthetic
 
-    root = tmp_path_factory.mktemp("papers") / "synthetic"
-    build_synthetic(root, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False,
+    root = tmp_path_factory.mktemp(name) / "synthetic"
+    build_synthetic(root, num_scenes=num_scenes, seed=seed, image_size=32, num_shards=2, progress=False,
                     relevance=("cider", "sbert", "neighbors"), neighbors_k=20)
     return root
+
+
+@pytest.fixture(scope="module")
+def rich_world(tmp_path_factory):
+    return _world_with_every_row(tmp_path_factory, "papers", 60, 3)
 
 
 @pytest.mark.slow
@@ -61,12 +66,7 @@ LEARN = ["--dataset=synthetic", "--image_size=32", "--embedding_dim=64", "--word
 
 @pytest.fixture(scope="module")
 def learning_world(tmp_path_factory):
-    from kitm.data.synthetic_records import build_synthetic
-
-    root = tmp_path_factory.mktemp("learning") / "synthetic"
-    build_synthetic(root, num_scenes=400, seed=5, image_size=32, num_shards=2, progress=False,
-                    relevance=("cider", "sbert", "neighbors"), neighbors_k=20)
-    return root
+    return _world_with_every_row(tmp_path_factory, "learning", 400, 5)
 
 
 @pytest.mark.slow
