@@ -128,6 +128,9 @@ flags.DEFINE_integer("num_quantized_centers", 1000, "--loss=centers: N_q, the qu
                      "started by k-means over the per-image centres.", lower_bound=1)
 flags.DEFINE_integer("margin_update_every", 500, "--loss=centers, phase 3: adapt the margins every q batches "
                      "(Eq. 13; r = 0.8, c = 1.03).", lower_bound=1)
+flags.DEFINE_enum("center_triplet_sampling", "random", ["random", "hardest", "easiest", "all"],
+                  "--loss=centers: the triplet's negatives: one random in-batch negative per anchor (the paper), the "
+                  "hardest, the easiest, or all (the sum over the batch's negatives).")
 flags.DEFINE_float("margin_max", 1.0, "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
 # Optimisation.
 flags.DEFINE_integer("epochs", 30, "Training epochs.", lower_bound=1)
@@ -509,7 +512,8 @@ def center_phase_config(num_train_images: int):
             lr_decay_factor=FLAGS.lr_decay_factor, grad_clip_norm=FLAGS.grad_clip_norm or None,
             delta=FLAGS.center_delta, num_quantized_centers=FLAGS.num_quantized_centers, margin=FLAGS.margin,
             margin_update_every=FLAGS.margin_update_every, margin_max=FLAGS.margin_max,
-            loss_weight=(_floats("loss_weights") or [1.0])[0], seed=FLAGS.seed)
+            loss_weight=(_floats("loss_weights") or [1.0])[0], seed=FLAGS.seed,
+            triplet_sampling=FLAGS.center_triplet_sampling)
     except ValueError as error:
         raise LaunchError(f"--loss=centers: {error}") from error
 

@@ -129,6 +129,17 @@ def test_flagfile_gives_the_papers_configuration(parse):
     assert (config.num_quantized_centers, config.margin, config.margin_update_every) == (1000, 0.2, 500)
     assert (config.margin_share_threshold, config.margin_multiplier, config.delta) == (0.8, 1.03, 0.1)
     assert FLAGS.batch_size == 128 and FLAGS.dataset == "coco"
+    assert config.triplet_sampling == "random"  # the paper's one random negative
+
+
+def test_triplet_sampling_flag_reaches_the_objective(parse):
+    config = parse("--loss=centers", "--center_triplet_sampling=all", "--num_quantized_centers=10")
+    assert config.triplet_sampling == "all"
+    from kitm.training.center_phases import CenterObjective
+
+    assert CenterObjective(config, 100, 8).triplet.sampling == "all"
+    with pytest.raises(ValueError, match="triplet_sampling"):
+        dataclasses.replace(config, triplet_sampling="semi-hard")
 
 
 def test_bad_center_flags_are_named(parse):

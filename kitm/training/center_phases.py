@@ -59,7 +59,7 @@ import tensorflow as tf
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.callbacks.loss_state_checkpoint import AdaptiveMarginState, LossStateCheckpoint, read_state_json
 from kitm.data.errors import KitmDataError
-from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
+from kitm.losses.adaptive_margin import SAMPLINGS, AdaptiveMarginTripletLoss
 from kitm.losses.centers import ImageIndexCrossEntropy, QuantizedCenterLoss, SemanticCenterLoss
 
 __all__ = ["PHASE_NAMES", "CenterPhaseConfig", "ImageIndexMap", "read_image_ids", "training_image_index",
@@ -88,6 +88,8 @@ class CenterPhaseConfig:
     delta: the centre hinge radius. num_quantized_centers: N_q. margin: initial m_x = m_y.
     margin_update_every (q), margin_share_threshold (r), margin_multiplier (c), margin_max: Eq. 13.
     loss_weight: one weight for every term (the paper: 1). seed: negatives' sampler and k-means.
+    triplet_sampling: the triplet's negatives, "random" (the paper, Sec. 4.1: one random in-batch negative per
+    anchor), "hardest", "easiest" or "all" (the sum over the batch's negatives; AdaptiveMarginTripletLoss).
     """
 
     phase_epochs: tuple[int, int, int] = (30, 15, 10)
@@ -105,6 +107,7 @@ class CenterPhaseConfig:
     margin_max: float = 1.0
     loss_weight: float = 1.0
     seed: int = 0
+    triplet_sampling: str = "random"
 
     def __post_init__(self):
         epochs = tuple(self.phase_epochs)
@@ -130,6 +133,8 @@ class CenterPhaseConfig:
             raise ValueError(f"margin_multiplier must be > 1; got {self.margin_multiplier}.")
         if not self.margin_max >= self.margin or not self.margin_max > 0:
             raise ValueError(f"margin_max ({self.margin_max}) must be > 0 and >= the initial margin ({self.margin}).")
+        if self.triplet_sampling not in SAMPLINGS:
+            raise ValueError(f"triplet_sampling must be one of {SAMPLINGS}; got {self.triplet_sampling!r}.")
         if self.lr_decay_epochs < 0 or not 0.0 <= self.lr_decay_factor <= 1.0:
             raise ValueError(f"lr_decay_epochs must be >= 0 and lr_decay_factor in [0, 1]; got "
                              f"{self.lr_decay_epochs}, {self.lr_decay_factor}.")
@@ -269,8 +274,8 @@ class CenterObjective:
         if config.num_quantized_centers > self.num_images:
             raise ValueError(f"num_quantized_centers={config.num_quantized_centers} is more than the "
                              f"{self.num_images} training images whose centres k-means groups.")
-        self.triplet = AdaptiveMarginTripletLoss(config.margin, config.margin, sampling="random", seed=config.seed,
-                                                 name="triplet")
+        self.triplet = AdaptiveMarginTripletLoss(config.margin, config.margin, sampling=config.triplet_sampling,
+                                                 seed=config.seed, name="triplet")
         self.centers = SemanticCenterLoss(self.num_images, embedding_dim, delta=config.delta,
                                           centers_learning_rate=config.centers_learning_rate, name="centers")
         self.quantized = QuantizedCenterLoss(config.num_quantized_centers, embedding_dim, delta=config.delta,
