@@ -491,3 +491,17 @@ def test_two_configurations_two_seeds_end_to_end(tmp_path):
     assert again.stderr.count("already evaluated, skipped") == 4
     assert second < 30, second
     print(f"end-to-end study: {first:.1f} s, second invocation {second:.1f} s")
+
+
+def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
+    from kitm.study.analysis import _data_warnings
+    from kitm.study.results import RunResult
+
+    def result(command):
+        return RunResult("base", 0, tmp_path, "done", {}, 1.0, 1.0, 1.0, None,
+                         {"dataset": "synthetic", "synthetic_num_scenes": 3000},
+                         {"dir": "tfrecords/pinned", "name": "synthetic", "source": {"num_scenes": 1000}}, None,
+                         command, "")
+
+    assert _data_warnings([result("python -m kitm.launch --dataset=synthetic --data_dir=tfrecords/pinned")], []) == []
+    assert "asked for --synthetic_num_scenes=3000" in _data_warnings([result("python -m kitm.launch")], [])[0]

@@ -111,8 +111,11 @@ def _data_warnings(results: Sequence[RunResult], datasets: list[dict]) -> list[s
     for result in results:
         source = (result.dataset or {}).get("source") or {}
         asked = (result.flags or {}).get("synthetic_num_scenes")
+        # A run given --data_dir reads the world there on purpose (a study's pinned world, built by [[prepare]]):
+        # its --synthetic_num_scenes, left at the default, says nothing about that world.
+        pinned = "--data_dir=" in (result.launch_command or "")
         if (result.flags or {}).get("dataset") == "synthetic" and "num_scenes" in source and asked is not None \
-                and source["num_scenes"] != asked:
+                and source["num_scenes"] != asked and not pinned:
             warnings.append(f"{result.configuration}/seed_{result.seed} asked for --synthetic_num_scenes={asked} "
                             f"but trained on the {source['num_scenes']}-scene world at {result.dataset['dir']}: the "
                             "launcher builds a world only where none exists (pin a fresh --data_dir in "
