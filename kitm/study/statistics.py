@@ -117,7 +117,9 @@ def paired_t_test_p(differences: np.ndarray) -> float:
     if np.all(d == d[0]):
         return 1.0 if d[0] == 0 else 0.0
     # ttest_rel(a, b) is the one-sample t-test of a - b against 0; pass d and zeros to keep that identity visible.
-    return float(stats.ttest_rel(d, np.zeros_like(d)).pvalue)
+    with warnings.catch_warnings():  # nearly equal differences: scipy warns of precision loss; p is still right
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_rel(d, np.zeros_like(d)).pvalue)
 
 
 def wilcoxon_p(differences: np.ndarray) -> float:
