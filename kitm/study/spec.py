@@ -191,6 +191,12 @@ class _Checker:
     def fail(self, key: str, message: str) -> SpecError:
         return SpecError(f"{self.path}: {key}: {message}")
 
+    def require(self, table: Mapping[str, object], prefix: str, keys, why: str = "") -> None:
+        """Raise for the first of `keys` missing from `table` (named `<prefix>.<key>`, or `<key>` at the top)."""
+        for key in keys:
+            if key not in table:
+                raise self.fail(f"{prefix}.{key}" if prefix else key, f"missing (required){why}.")
+
     def table(self, value: object, key: str, allowed: set[str]) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             raise self.fail(key, f"must be a table; got {_describe(value)}.")
@@ -261,9 +267,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     """Validate a parsed TOML document (see the module docstring); `path` names the file in errors."""
     check = _Checker(path)
     check.table(raw, "(top level)", _TOP_KEYS)
-    for key in ("name", "seeds", "configuration"):
-        if key not in raw:
-            raise check.fail(key, "missing (required).")
+    check.require(raw, "", ("name", "seeds", "configuration"))
     name = check.string(raw["name"], "name")
     out_dir = pathlib.Path(check.string(raw.get("out_dir", f"studies/{name}"), "out_dir"))
 
@@ -299,8 +303,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     for i, entry in enumerate(configurations_raw):
         key = f"configuration[{i}]"
         entry = check.table(entry, key, _CONFIGURATION_KEYS)
-        if "name" not in entry:
-            raise check.fail(f"{key}.name", "missing (required).")
+        check.require(entry, key, ("name",))
         configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
                                       flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS))
         if any(c.name == configuration.name for c in configurations):
@@ -324,8 +327,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     agreement = None
     if "agreement" in raw:
         agreement_raw = check.table(raw["agreement"], "agreement", _AGREEMENT_KEYS)
-        if "data_dir" not in agreement_raw:
-            raise check.fail("agreement.data_dir", "missing (required): the dataset whose split is compared.")
+        check.require(agreement_raw, "agreement", ("data_dir",), ": the dataset whose split is compared")
         sources = check.strings(agreement_raw.get("sources", ["cider", "sbert"]), "agreement.sources")
         reference = check.string(agreement_raw.get("reference", "truth"), "agreement.reference")
         for key, value in [("reference", reference), *(("sources", source) for source in sources)]:
@@ -339,9 +341,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     for i, entry in enumerate(raw.get("prepare", [])):
         key = f"prepare[{i}]"
         entry = check.table(entry, key, _PREPARE_KEYS)
-        for required in ("creates", "command"):
-            if required not in entry:
-                raise check.fail(f"{key}.{required}", "missing (required).")
+        check.require(entry, key, ("creates", "command"))
         command = check.strings(entry["command"], f"{key}.command")
         if not command:
             raise check.fail(f"{key}.command", "is empty.")
@@ -362,9 +362,7 @@ def _environment_value(check: _Checker, key: str, value: object) -> str:
 def _parse_claim(check: _Checker, index: int, entry: object, names: list[str], default_baseline: str) -> Claim:
     key = f"claim[{index}]"
     entry = check.table(entry, key, _CLAIM_KEYS)
-    for required in ("name", "configuration"):
-        if required not in entry:
-            raise check.fail(f"{key}.{required}", "missing (required).")
+    check.require(entry, key, ("name", "configuration"))
     name = check.string(entry["name"], f"{key}.name")
     configuration = check.string(entry["configuration"], f"{key}.configuration")
     baseline = check.string(entry.get("baseline", default_baseline), f"{key}.baseline")
