@@ -330,7 +330,7 @@ def build_command(data_dir, image_mode: str | None = None) -> str:
 def ensure_dataset(data_dir: pathlib.Path):
     """The dataset's info; the synthetic world is built when absent, other datasets stop with the command."""
     from kitm.data import schema
-    from kitm.data.errors import KitmDataError
+    from kitm.errors import KitmDataError
 
     if not (data_dir / schema.INFO_FILE).is_file():
         if FLAGS.dataset == "synthetic" and FLAGS.strategy == "multi_worker":
@@ -898,7 +898,7 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     from absl import logging
 
-    from kitm.data.errors import KitmDataError
+    from kitm.errors import KitmDataError
 
     # absl's INFO lines (SavedModel writing, signature renaming) drown the run's own output.
     logging.set_verbosity(logging.WARNING)

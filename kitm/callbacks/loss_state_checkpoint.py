@@ -58,7 +58,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 
 __all__ = ["LossStateCheckpoint", "loss_state", "latest_state", "read_state_json", "AdaptiveMarginState"]

@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed")

@@ -19,7 +19,7 @@ from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, limit_per_split, image_file_input,
                                         image_files, build_parameters, read_json,
                                         write_dataset)
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.karpathy import read_karpathy_images
 from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES

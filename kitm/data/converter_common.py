@@ -31,7 +31,7 @@ from PIL import Image, UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.records import make_example, write_shards
 from kitm.relevance.image_features import ImageFiles, ImageInput, ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES, compute_relevance_rows

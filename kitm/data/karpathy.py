@@ -16,7 +16,7 @@ from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, drop_missing_images, image_file_input,
                                         build_parameters, limit_per_split, read_image_bytes, read_json,
                                         write_dataset)
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.relevance.image_features import ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 

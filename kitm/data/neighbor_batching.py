@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
 
 NEIGHBOR_DRAWS = ("mutual", "uniform")

@@ -37,7 +37,7 @@ from official.vision.ops import preprocess_ops
 
 from kitm.data import schema
 from kitm.data.batch_relevance import batch_cider, batch_sentence_relevance
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic import truth_relevance_tf
 

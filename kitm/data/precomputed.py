@@ -29,7 +29,7 @@ import numpy as np
 from kitm.data import schema
 from kitm.data.converter_common import (CaptionRules, Entry, build_parameters, limit_per_split,
                                         read_text_lines, write_dataset)
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.relevance.image_features import ImageNeighborOptions, StoredFeatures
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.schema import SCHEMA_VERSION
 
 

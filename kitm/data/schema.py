@@ -30,7 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 
 SCHEMA_VERSION = 1
 INFO_FILE = "dataset.json"

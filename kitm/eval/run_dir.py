@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 from tqdm.auto import tqdm
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 
 SUMMARY_FILE = "summary.json"
 EXPORT_SUBDIR = pathlib.Path("export") / "1"

@@ -59,7 +59,7 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
     import tensorflow as tf
 
     from kitm.data import schema
-    from kitm.data.errors import KitmDataError
+    from kitm.errors import KitmDataError
     from kitm.data.records import parse_record, read_records
 
     data_dir = pathlib.Path(data_dir)

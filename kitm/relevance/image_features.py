@@ -47,7 +47,7 @@ from typing import Union
 
 import numpy as np
 
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 
 __all__ = ["IMAGE_NEIGHBOR_SPACES", "BACKBONES", "ImageFiles", "PixelArrays", "StoredFeatures", "ImageInput",
            "ImageNeighborOptions", "ImageFeatureExtractor", "split_image_features", "neighbor_space_embeddings"]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.relevance.image_features import ImageInput, ImageNeighborOptions
 
 __all__ = ["ROW_SOURCES", "DOCUMENT_FREQUENCY_FILE", "RelevanceRows", "compute_relevance_rows",

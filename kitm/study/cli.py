@@ -117,14 +117,14 @@ def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
         return None
     import json
 
-    from kitm.study.files import write_text_atomically
+    from kitm.files import write_text_atomically
 
     cache = out_dir / AGREEMENT_FILE
     if cache.is_file():
         cached = json.loads(cache.read_text())
         if cached.get("parameters") == spec.agreement.as_dict():
             return cached
-    from kitm.data.errors import KitmDataError
+    from kitm.errors import KitmDataError
     from kitm.study.agreement import relevance_agreement
 
     try:
@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         run_all(selected, commands.subprocess_environment(spec), progress=args.progress)
 
     from kitm.study.analysis import analyse
-    from kitm.study.files import write_bytes_atomically
+    from kitm.files import write_bytes_atomically
     from kitm.study.report import write_report
     from kitm.study.results import collect
 

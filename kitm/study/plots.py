@@ -14,7 +14,7 @@ import pathlib
 import re
 
 from kitm.study.analysis import StudyAnalysis
-from kitm.study.files import write_bytes_atomically
+from kitm.files import write_bytes_atomically
 from kitm.study.metrics import DIRECTION_TITLES, DIRECTIONS, curve_metrics, lower_is_better, parse_metric, units
 from kitm.study.statistics import CONFIDENCE
 

@@ -18,7 +18,7 @@ import kitm
 from kitm.study import claims as claim_rules
 from kitm.study import commands
 from kitm.study.analysis import StudyAnalysis
-from kitm.study.files import write_json_atomically, write_text_atomically
+from kitm.files import write_json_atomically, write_text_atomically
 from kitm.study.metrics import decimals, lower_is_better
 from kitm.study.statistics import CONFIDENCE, Interval, t_quantile, wilcoxon_smallest_p
 

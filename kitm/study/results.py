@@ -9,7 +9,7 @@ import dataclasses
 import pathlib
 
 from kitm.study import commands, runs
-from kitm.study.files import read_json
+from kitm.files import read_json
 from kitm.study.metrics import run_figures
 from kitm.study.runs import RunPlan
 

@@ -25,7 +25,7 @@ import pathlib
 from collections.abc import Iterable, Mapping
 
 from kitm.study import commands
-from kitm.study.files import read_json, write_json_atomically
+from kitm.files import read_json, write_json_atomically
 from kitm.study.spec import StudySpec
 
 DONE, STALE, FAILED, INCOMPLETE, TRAINED, MISSING = "done", "stale", "failed", "incomplete", "trained", "missing"

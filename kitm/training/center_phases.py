@@ -58,7 +58,7 @@ import tensorflow as tf
 
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.callbacks.loss_state_checkpoint import AdaptiveMarginState, LossStateCheckpoint, read_state_json
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.losses.adaptive_margin import SAMPLINGS, AdaptiveMarginTripletLoss
 from kitm.losses.centers import ImageIndexCrossEntropy, QuantizedCenterLoss, SemanticCenterLoss
 

@@ -49,11 +49,9 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
+from kitm.errors import DistributionError
+
 STRATEGIES = ("default", "mirrored", "multi_worker")
-
-
-class DistributionError(ValueError):
-    """A strategy that cannot be set up as asked (names the flag or the environment variable)."""
 
 
 def split_cpu(num_devices: int) -> None:

@@ -1,0 +1,48 @@
+"""kitm's exceptions, in one place: every error a user can fix names the file, record, field or option at fault.
+
+Library code refers to a configuration option with `option("batch_size")`; the message reads `batch_size` when a
+Python caller sees it and `--batch_size` when it surfaces through `python -m kitm.launch` (whose flags carry the
+configuration fields' names), so one message serves both:
+
+    raise KitmConfigError(f"{option('batch_size')}={batch} is larger than the {n} training samples.")
+"""
+
+from __future__ import annotations
+
+import re
+
+_MARK = "\x00"
+_OPTION = re.compile(_MARK + r"([A-Za-z_][A-Za-z0-9_]*)" + _MARK)
+
+
+def option(name: str) -> str:
+    """A configuration option's name inside an error message (rendered by `render_options`)."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def render_options(message: str, prefix: str = "") -> str:
+    """`message` with each `option(name)` written as `prefix + name` (prefix "--" for command-line flags)."""
+    return _OPTION.sub(lambda match: prefix + match.group(1), message)
+
+
+class KitmError(Exception):
+    """Base of kitm's errors: a problem the user can fix, said in one message."""
+
+    def __str__(self) -> str:
+        return render_options(super().__str__())
+
+    def for_flags(self) -> str:
+        """The message with the options written as command-line flags (`--name`)."""
+        return render_options(super().__str__(), "--")
+
+
+class KitmDataError(KitmError, ValueError):
+    """Bad input data: a missing, corrupt or foreign file, record or field. The message names it."""
+
+
+class KitmConfigError(KitmError, ValueError):
+    """A configuration that cannot run: options that contradict each other, the model or the data."""
+
+
+class DistributionError(KitmConfigError):
+    """A distribution strategy or cluster description (TF_CONFIG) that cannot be used."""

@@ -1,0 +1,99 @@
+"""Atomic writes (kitm's rule: a reader, or a job killed half-way, never sees half a file) and strict JSON.
+
+Everything kitm writes goes to a temporary name beside its destination and is renamed onto it (`os.replace`, atomic
+on POSIX within one filesystem), so a destination is absent, the old version, or the complete new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pathlib
+import shutil
+from collections.abc import Iterator, Mapping
+
+
+def temporary_sibling(path: str | os.PathLike, keep_suffix: str = "") -> pathlib.Path:
+    """The temporary name beside `path`: `<name>.tmp`, or `<stem>.partial<keep_suffix>` for writers that insist on
+    a suffix (Keras' `save_weights` wants `.weights.h5`, `np.save` appends `.npy`)."""
+    path = pathlib.Path(path)
+    if keep_suffix:
+        if not path.name.endswith(keep_suffix):
+            raise ValueError(f"{path} does not end in {keep_suffix}.")
+        return path.with_name(path.name[: -len(keep_suffix)] + ".partial" + keep_suffix)
+    return path.with_name(path.name + ".tmp")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, keep_suffix: str = "") -> Iterator[pathlib.Path]:
+    """Yield a temporary path beside `path` to write (a file or a folder); on success rename it onto `path`.
+
+    An existing folder at `path` is replaced; on an exception the temporary is removed and `path` is untouched.
+    """
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path, keep_suffix)
+    _remove(tmp)
+    try:
+        yield tmp
+        if tmp.is_dir() and path.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: pathlib.Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> pathlib.Path:
+    """Write `data` to `<path>.tmp` in the same folder, then rename it onto `path`."""
+    path = pathlib.Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> pathlib.Path:
+    return write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def json_ready(value: object) -> object:
+    """`value` with NaN and infinities as None (strict JSON has no NaN), tuples as lists, keys as strings."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(item) for item in value]
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return json_ready(value.item())
+    return value
+
+
+def write_json_atomically(path: str | os.PathLike, payload: object, *, sort_keys: bool = False,
+                          strict: bool = True) -> pathlib.Path:
+    """`payload` as indented JSON, atomically. strict: NaN and infinities become null (strict JSON), else they
+    are written as Python's json writes them; objects json cannot write become their str()."""
+    if strict:
+        payload = json_ready(payload)
+    text = json.dumps(payload, indent=2, sort_keys=sort_keys, allow_nan=not strict, default=str)
+    return write_text_atomically(path, text + "\n")
+
+
+def read_json(path: str | os.PathLike) -> object | None:
+    """The JSON at `path`, or None when it is missing or unreadable (a job that has not written it yet)."""
+    try:
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
