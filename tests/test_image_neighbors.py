@@ -19,7 +19,7 @@ from PIL import Image
 
 from kitm.data import schema
 from kitm.data.build import main
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
 from kitm.relevance.image_features import (ImageFeatureExtractor, ImageFiles, ImageNeighborOptions, PixelArrays,
                                            StoredFeatures, neighbor_space_embeddings, split_image_features)

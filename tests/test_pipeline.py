@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 from kitm.data import schema, synthetic
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.pipeline import (PipelineConfig, block_diagonal_relevance, evaluation_dataset, training_captions,
                                 training_dataset)
 from kitm.layers import CaptionTokenizer, build_vocabulary
