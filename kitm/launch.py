@@ -546,7 +546,7 @@ def _build_loss(name: str, warmup: int):
                        seed=FLAGS.seed, hardest_warmup_steps=warmup)
     if name == "ladder":
         if FLAGS.ladder_recluster_every:
-            from kitm.callbacks.ladder_recluster import ReclusterableLadderLoss
+            from kitm.losses import ReclusterableLadderLoss
 
             return ReclusterableLadderLoss(_floats("ladder_thresholds"), _floats("ladder_margins"),
                                            _floats("ladder_betas"), seed=FLAGS.seed, hardest_warmup_steps=warmup,
@@ -700,7 +700,8 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     import keras
     import tensorflow as tf
 
-    from kitm.callbacks import monitoring
+    from kitm.callbacks.projector import ProjectorCallback
+    from kitm.training.summaries import write_final_figures, write_hparams
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
@@ -708,7 +709,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
     from kitm.eval import build_report, format_report
     from kitm.eval.report import rsum
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, build_image_encoder, build_vocabulary
-    from kitm.metrics import EmbeddingCollapse
+    from kitm.metrics import EmbeddingCollapse, RelevanceStatistics
     from kitm.models import DualEncoder
     from kitm.models.inference import embed_dataset, similarity_matrix
     from kitm.serving import export_new_version
@@ -775,7 +776,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
             trainer.build(model, strategy, monitors=monitors)
         else:
             if FLAGS.relevance != "none":
-                monitors.append(monitoring.RelevanceStatistics())
+                monitors.append(RelevanceStatistics())
             losses, loss_weights = build_objective(steps_per_epoch)
             model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors,
                           jit_compile=jit_compile)
@@ -784,7 +785,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
         if not centers and not optimizer.built:
             optimizer.build(model.trainable_variables)  # nothing left for fit's symbolic build (DualEncoder)
 
-    monitoring.write_hparams(run_dir / "logs", {name: FLAGS[name].value for name in KITM_FLAG_NAMES},
+    write_hparams(run_dir / "logs", {name: FLAGS[name].value for name in KITM_FLAG_NAMES},
                              trial_id=run_dir.name)
 
     # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
@@ -814,7 +815,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                                              **evaluation_relevance(data_dir, eval_split, info, FLAGS.eval_images)))
     if FLAGS.projector_samples and eval_split:
         subset = evaluation_dataset(data_dir, eval_split, tokenizer, config, limit=FLAGS.projector_samples)
-        callbacks.append(monitoring.ProjectorCallback(subset, run_dir / "logs", num_images=FLAGS.projector_samples,
+        callbacks.append(ProjectorCallback(subset, run_dir / "logs", num_images=FLAGS.projector_samples,
                                                       captions_per_image=info.captions_per_image,
                                                       every_epochs=FLAGS.eval_every_epochs))
     if FLAGS.ladder_recluster_every and "ladder" in FLAGS.loss:
@@ -851,7 +852,7 @@ def train_evaluate_export(data_dir: pathlib.Path, run_dir: pathlib.Path, info, s
                                    relevance=relevance, ks=recall_cutoffs(info.num_images(test_split)))
         report = full_report["all"]
         print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
-        monitoring.write_final_figures(run_dir / "logs", {**flatten_report(report, ""), "rsum": rsum(report)},
+        write_final_figures(run_dir / "logs", {**flatten_report(report, ""), "rsum": rsum(report)},
                                        step=len(history.history.get("loss", [])))
 
     export_path = None

@@ -272,7 +272,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
     from kitm.losses.centers import SemanticCenterLoss
     from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
     from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
-    from kitm.callbacks.ladder_recluster import ReclusterableLadderLoss
+    from kitm.losses import ReclusterableLadderLoss
 
     d, b, steps, n_images = 6, 8, 3, 10
     rng = np.random.default_rng(0)

@@ -10,8 +10,9 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 import keras
-from kitm.callbacks.ladder_recluster import (LadderReclusterCallback, ReclusterableLadderLoss, RelevanceSample,
-                                             threshold_levels, thresholds_from_clusters)
+from kitm.callbacks.ladder_recluster import LadderReclusterCallback
+from kitm.losses.reclusterable_ladder import (ReclusterableLadderLoss, RelevanceSample, threshold_levels,
+                                              thresholds_from_clusters)
 from kitm.losses import LadderLoss, ladder_levels
 from test_centers import identity_model  # tests/ is on sys.path under pytest
 

@@ -10,7 +10,9 @@ import tensorflow as tf
 
 import keras
 import kitm  # noqa: F401
-from kitm.callbacks.monitoring import PROJECTOR_TENSOR, RelevanceStatistics, hparam_value
+from kitm.callbacks.projector import PROJECTOR_TENSOR
+from kitm.metrics import RelevanceStatistics
+from kitm.training.summaries import hparam_value
 from shared_runs import production_run  # tests/ is on sys.path under pytest
 
 
@@ -146,7 +148,8 @@ def test_margins_and_ladder_thresholds_reach_tensorboard(tmp_path):
     Keras' TensorBoard callback they become `epoch_<loss>/...` scalars next to the loss terms."""
     import warnings
 
-    from kitm.callbacks import AdaptiveMarginCallback, LadderReclusterCallback, ReclusterableLadderLoss
+    from kitm.callbacks import AdaptiveMarginCallback, LadderReclusterCallback
+    from kitm.losses import ReclusterableLadderLoss
     from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
     from kitm.models import DualEncoder
 

@@ -12,6 +12,7 @@ from kitm.losses.centers import (ImageIndexCrossEntropy, QuantizedCenterLoss, Se
                                  index_cross_entropy_terms, quantized_center_loss, quantized_center_terms,
                                  semantic_center_loss, semantic_center_terms)
 from kitm.losses.ladder import AdaptiveLadderLoss, LadderLoss, adaptive_levels, ladder_levels, ladder_loss
+from kitm.losses.reclusterable_ladder import ReclusterableLadderLoss, RelevanceSample
 from kitm.losses.sam import SAMLoss, sam_loss
 from kitm.losses.triplet import TripletLoss, triplet_loss
 
@@ -20,6 +21,7 @@ __all__ = [
     "TripletLoss", "triplet_loss",
     "SAMLoss", "sam_loss",
     "LadderLoss", "AdaptiveLadderLoss", "ladder_levels", "ladder_loss", "adaptive_levels",
+    "ReclusterableLadderLoss", "RelevanceSample",
     "AngularLoss", "NeighborhoodAngularLoss", "angular_loss", "neighbor_coverage",
     "SemanticCenterLoss", "semantic_center_loss", "semantic_center_terms",
     "QuantizedCenterLoss", "quantized_center_loss", "quantized_center_terms", "center_repulsion",

@@ -16,7 +16,7 @@ embeddings are cast to float32 before the L2 normalisation, so similarities and 
 groups the unscaled loss's.
 
 `compile(monitors=[...])` adds batch statistics that are not losses (e.g.
-`kitm.callbacks.monitoring.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
+`kitm.metrics.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
 on every step and logged like the loss terms.
 """
 
@@ -29,7 +29,7 @@ import tensorflow as tf
 from keras import layers
 
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
-from kitm.training.distribution import keras_reducible_logs
+from kitm.models.reducible_logs import keras_reducible_logs
 
 
 @keras.saving.register_keras_serializable(package="kitm")

@@ -1,56 +1,17 @@
-"""Seed 003's three training phases (Malali & Keller, Sec. 4.1), each one `model.fit`, resumable after a kill.
+"""`CenterPhaseTrainer`: the centers objective's three phases, each one `model.fit`, resumable after a kill.
 
-Objective (Eq. 5), every term a batch sum, unweighted: L = L_C + L_T + L_CE^I + L_CE^T with
-- L_T: `AdaptiveMarginTripletLoss`, symmetric triplet on L2 distances, one random in-batch negative per anchor
-  (Sec. 4.1: "matching an image to randomly chosen caption within the batch"), margins m_x, m_y;
-- L_C: `SemanticCenterLoss` (Eq. 6, one centre per training image) in phase 1, `QuantizedCenterLoss` (Eq. 7,
-  N_q centres and a softmax assignment layer) in phases 2 and 3;
-- L_CE: `ImageIndexCrossEntropy`, both embeddings classified into their training image's index.
-
-Phases (paper defaults in brackets; METHODS.md "Semantic centers and adaptive margins"):
-  1. unquantized centres, fixed margins m_x = m_y = --margin [0.2], encoders and heads by Adam [2e-4], centres by
-     SGD [0.5]; [30 epochs]
-  2. the quantizer's centres initialised by k-means over the unquantized centres; *only* the quantizer trains
-     (model and classifier heads frozen: `model.trainable = False`, recompiled), assignment layer by Adam [2e-5],
-     quantized centres by SGD [0.5]; margins fixed; [15 epochs]
-  3. end to end with the quantized centres and adaptive margins (`AdaptiveMarginCallback`: every q [500]
-     batches, r = 0.8, c = 1.03, capped); Adam [2e-5]. [10 epochs]
-"Reduced the learning rates by a factor of 0.1 every 15 epochs" is applied within each phase to every optimizer
-(Adam and the centres' SGD), counting the phase's own epochs: with 30/15/10 epochs only phase 1 decays (at its
-epoch 15), which gives the paper's "2e-4 for the first phase, and 2e-5 for the second and third". Each phase
-starts fresh optimizers (the phases are separate trainings in the paper). A phase with 0 epochs is skipped; if
-phase 1 never ran, the unquantized centres are untrained and the quantizer keeps its random start (the paper's
-alternative, "similar results, but a longer convergence").
-
-Image indices. Records carry a dataset-wide `image/id` (Karpathy: the position in the split JSON, splits
-interleaved; synthetic: the scene number, splits drawn at random), so the training ids are not 0..N-1. The
-centres and classifier heads need one row per *training* image: `ImageIndexMap` maps image/id to its rank among
-the training split's sorted ids (centre n belongs to the training image with the n-th smallest id), in the
-input pipeline, so every loss sees the same index. The ids are read once from the records (image/id only, no
-decoding) and kept in `<run_dir>/phases/image_ids.npy`.
-
-Epochs are global: phase k runs `fit(initial_epoch=start_k, epochs=start_k + epochs_k)`, so TensorBoard's epoch
-axis, the validation log and BackupAndRestore continue across phases.
-
-Resuming (`<run_dir>/loss_state`, `kitm.callbacks.loss_state_checkpoint.LossStateCheckpoint`, tags {"phase": k}):
-every epoch end writes the model's weights, every loss's parameters and optimizers, the margins and their
-counters, and the phase. A new run in the same run directory reads it first: a phase cut short resumes inside
-that phase (k-means is not redone; the callback restores everything at train begin, after the phase's
-BackupAndRestore has restored the model's optimizer); a finished phase hands its parameters to the next one.
-Each phase has its own BackupAndRestore folder (`backup/phase_k`): a backup is only loadable into a model
-compiled as when it was written. At each phase end the state is kept as `<run_dir>/phases/phase_k/` (hard links)
-and the k-means start as `<run_dir>/phases/quantizer_init.npz` (centroids, labels).
+The package docstring (`kitm.training.center_phases`) describes the phases, the image index, the global epochs and
+how a killed run resumes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import pathlib
 import time
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import keras
 import numpy as np
@@ -58,133 +19,19 @@ import tensorflow as tf
 
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.callbacks.loss_state_checkpoint import AdaptiveMarginState, LossStateCheckpoint, read_state_json
+from kitm.data.image_index import ImageIndexMap, read_image_ids
 from kitm.errors import KitmDataError
-from kitm.losses.adaptive_margin import SAMPLINGS, AdaptiveMarginTripletLoss
-from kitm.losses.centers import ImageIndexCrossEntropy, QuantizedCenterLoss, SemanticCenterLoss
+from kitm.files import atomic_path, write_json_atomically
+from kitm.training.center_phases.config import PHASE_DESCRIPTIONS, PHASE_NAMES, CenterPhaseConfig
+from kitm.training.center_phases.objective import CenterObjective
+from kitm.training.schedules import step_decay
 
-__all__ = ["PHASE_NAMES", "CenterPhaseConfig", "ImageIndexMap", "read_image_ids", "training_image_index",
-           "CenterObjective",
-           "CenterPhaseTrainer", "step_decay"]
-
-PHASE_NAMES = ("unquantized", "quantizer", "end_to_end")
-PHASE_DESCRIPTIONS = ("unquantized centres, fixed margins, everything trains",
-                      "quantizer only (k-means start), model and heads frozen, fixed margins",
-                      "end to end, quantized centres, adaptive margins")
 STATE_DIR = "loss_state"
 PHASES_DIR = "phases"
 
 
-# --------------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class CenterPhaseConfig:
-    """Everything the three phases need (defaults: the paper's, Sec. 4.1; delta and margin_max are kitm's).
-
-    phase_epochs: epochs of phases 1, 2, 3 (0 skips a phase). learning_rates: Adam rate of each phase.
-    centers_learning_rate: SGD rate of the centres (unquantized and quantized). lr_decay_epochs/factor: step
-    decay within each phase (0: none). grad_clip_norm: the model optimizer's global clip (None: off).
-    delta: the centre hinge radius. num_quantized_centers: N_q. margin: initial m_x = m_y.
-    margin_update_every (q), margin_share_threshold (r), margin_multiplier (c), margin_max: Eq. 13.
-    loss_weight: one weight for every term (the paper: 1). seed: negatives' sampler and k-means.
-    triplet_sampling: the triplet's negatives, "random" (the paper, Sec. 4.1: one random in-batch negative per
-    anchor), "hardest", "easiest" or "all" (the sum over the batch's negatives; AdaptiveMarginTripletLoss).
-    """
-
-    phase_epochs: tuple[int, int, int] = (30, 15, 10)
-    learning_rates: tuple[float, float, float] = (2e-4, 2e-5, 2e-5)
-    centers_learning_rate: float = 0.5
-    lr_decay_epochs: int = 15
-    lr_decay_factor: float = 0.1
-    grad_clip_norm: float | None = 2.0
-    delta: float = 0.1
-    num_quantized_centers: int = 1000
-    margin: float = 0.2
-    margin_update_every: int = 500
-    margin_share_threshold: float = 0.8
-    margin_multiplier: float = 1.03
-    margin_max: float = 1.0
-    loss_weight: float = 1.0
-    seed: int = 0
-    triplet_sampling: str = "random"
-
-    def __post_init__(self):
-        epochs = tuple(self.phase_epochs)
-        if len(epochs) != 3 or any(isinstance(e, bool) or int(e) != e or e < 0 for e in epochs):
-            raise ValueError(f"phase_epochs must be three integers >= 0; got {self.phase_epochs!r}.")
-        if sum(epochs) == 0:
-            raise ValueError("phase_epochs are all 0: no phase to train.")
-        object.__setattr__(self, "phase_epochs", tuple(int(e) for e in epochs))
-        rates = tuple(float(r) for r in self.learning_rates)
-        if len(rates) != 3 or not all(r >= 0 for r in rates):
-            raise ValueError(f"learning_rates must be three rates >= 0; got {self.learning_rates!r}.")
-        object.__setattr__(self, "learning_rates", rates)
-        for name in ("centers_learning_rate", "delta", "margin", "loss_weight"):
-            if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)!r}.")
-        for name in ("num_quantized_centers", "margin_update_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-        if not 0.0 <= self.margin_share_threshold <= 1.0:
-            raise ValueError(f"margin_share_threshold must be in [0, 1]; got {self.margin_share_threshold}.")
-        if not self.margin_multiplier > 1.0:
-            raise ValueError(f"margin_multiplier must be > 1; got {self.margin_multiplier}.")
-        if not self.margin_max >= self.margin or not self.margin_max > 0:
-            raise ValueError(f"margin_max ({self.margin_max}) must be > 0 and >= the initial margin ({self.margin}).")
-        if self.triplet_sampling not in SAMPLINGS:
-            raise ValueError(f"triplet_sampling must be one of {SAMPLINGS}; got {self.triplet_sampling!r}.")
-        if self.lr_decay_epochs < 0 or not 0.0 <= self.lr_decay_factor <= 1.0:
-            raise ValueError(f"lr_decay_epochs must be >= 0 and lr_decay_factor in [0, 1]; got "
-                             f"{self.lr_decay_epochs}, {self.lr_decay_factor}.")
-
-    def start_epoch(self, phase: int) -> int:
-        """The global epoch at which phase `phase` (1-based) starts."""
-        return sum(self.phase_epochs[:phase - 1])
-
-    def end_epoch(self, phase: int) -> int:
-        return sum(self.phase_epochs[:phase])
-
-    @property
-    def total_epochs(self) -> int:
-        return sum(self.phase_epochs)
-
-
-def step_decay(learning_rate: float, epochs: int, steps_per_epoch: int, decay_epochs: int, factor: float):
-    """`learning_rate * factor ** floor(epoch / decay_epochs)` over a phase of `epochs` epochs, as a Keras
-    schedule on the optimizer's step count (a plain float when it never decays)."""
-    if not decay_epochs or decay_epochs >= epochs:
-        return float(learning_rate)
-    boundaries = list(range(decay_epochs, epochs, decay_epochs))
-    values = [float(learning_rate) * factor ** i for i in range(len(boundaries) + 1)]
-    return keras.optimizers.schedules.PiecewiseConstantDecay([b * steps_per_epoch for b in boundaries], values)
-
-
-# --------------------------------------------------------------------------------------------------
-# Image ids -> training positions
-# --------------------------------------------------------------------------------------------------
-
-def read_image_ids(data_dir: str | os.PathLike, split: str = "train") -> np.ndarray:
-    """Every record's `image/id` in `split` (record order), parsing that one feature (images are not decoded)."""
-    from kitm.data import schema
-    from kitm.data.records import read_records
-
-    info = schema.load_info(data_dir)
-    paths = info.shard_paths(data_dir, split)
-    spec = {"image/id": tf.io.FixedLenFeature([], tf.int64)}
-    dataset = read_records(paths, deterministic=True).map(
-        lambda path, record: tf.io.parse_single_example(record, spec)["image/id"],
-        num_parallel_calls=tf.data.AUTOTUNE).batch(8192)
-    ids = np.concatenate([batch.numpy() for batch in dataset]) if info.num_images(split) else np.zeros([0], np.int64)
-    if ids.size != info.num_images(split):
-        raise KitmDataError(f"{data_dir}: split '{split}' has {ids.size} records but dataset.json says "
-                            f"{info.num_images(split)} images.")
-    return ids.astype(np.int64)
-
-
 def training_image_index(data_dir: str | os.PathLike, run_dir: str | os.PathLike | None = None,
-                         split: str = "train") -> "ImageIndexMap":
+                         split: str = "train") -> ImageIndexMap:
     """The ImageIndexMap of `split`; its ids are kept in `<run_dir>/phases/image_ids.npy` (centre n belongs to
     the n-th smallest id) and reused by a resumed run when the split's size is unchanged."""
     from kitm.data import schema
@@ -198,125 +45,9 @@ def training_image_index(data_dir: str | os.PathLike, run_dir: str | os.PathLike
             return ImageIndexMap(ids, source)
     ids = np.sort(read_image_ids(data_dir, split))
     if cache is not None:
-        _write_atomically(cache, lambda handle: np.save(handle, ids))
+        with atomic_path(cache, keep_suffix=".npy") as tmp:
+            np.save(tmp, ids)
     return ImageIndexMap(ids, source)
-
-
-class ImageIndexMap:
-    """`image/id` -> position 0..N-1 of that image among the training images (rank of its id; module docstring).
-
-    `positions(ids)` works in the graph (a binary search in the sorted ids, no lookup-table resource, so it
-    runs in tf.data under any strategy) and stops with an error naming `source` for an id not in the split.
-    """
-
-    def __init__(self, image_ids: Sequence[int], source: str = "the training split"):
-        ids = np.sort(np.asarray(image_ids, dtype=np.int64).reshape(-1))
-        if ids.size == 0:
-            raise KitmDataError(f"{source} has no images.")
-        repeated = ids[1:][ids[1:] == ids[:-1]]
-        if repeated.size:
-            raise KitmDataError(f"{source}: image/id {int(repeated[0])} occurs more than once; ids must be unique.")
-        self.sorted_ids = ids
-        self.source = source
-        # Ids already 0..N-1 (in any record order): the map is the identity and costs nothing.
-        self.identity = bool(ids[0] == 0 and ids[-1] == ids.size - 1)
-
-    @property
-    def num_images(self) -> int:
-        return int(self.sorted_ids.size)
-
-    def positions(self, image_ids) -> tf.Tensor:
-        ids = tf.cast(image_ids, tf.int64)
-        if self.identity:
-            return tf.cast(ids, tf.int32)
-        table = tf.constant(self.sorted_ids)
-        flat = tf.reshape(ids, [-1])
-        position = tf.searchsorted(table, flat, side="left")
-        found = tf.equal(tf.gather(table, tf.minimum(position, self.num_images - 1)), flat)
-        check = tf.debugging.assert_equal(
-            found, tf.ones_like(found),
-            message=f"an image/id of the batch is not among the {self.num_images} ids of {self.source}")
-        with tf.control_dependencies([check]):
-            return tf.reshape(tf.cast(position, tf.int32), tf.shape(ids))
-
-    def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """Map `y["image_index"]` of (x, y) training batches to positions."""
-
-        def remap(x, y):
-            y = dict(y)
-            y["image_index"] = self.positions(y["image_index"])
-            return x, y
-
-        if self.identity:
-            return dataset
-        return dataset.map(remap, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-
-    def describe(self) -> dict:
-        return {"num_images": self.num_images, "identity": self.identity,
-                "min_id": int(self.sorted_ids[0]), "max_id": int(self.sorted_ids[-1]),
-                "rule": "image/id" if self.identity else "rank of image/id among the training split's sorted ids"}
-
-
-# --------------------------------------------------------------------------------------------------
-# The objective
-# --------------------------------------------------------------------------------------------------
-
-class CenterObjective:
-    """The four losses of seed 003, built once (inside `strategy.scope()`) and shared by the phases.
-
-    Keys (also the names their terms are logged under): "triplet", "centers" (phase 1), "quantized" (phases 2,
-    3), "index_ce".
-    """
-
-    def __init__(self, config: CenterPhaseConfig, num_images: int, embedding_dim: int):
-        self.config = config
-        self.num_images = int(num_images)
-        if config.num_quantized_centers > self.num_images:
-            raise ValueError(f"num_quantized_centers={config.num_quantized_centers} is more than the "
-                             f"{self.num_images} training images whose centres k-means groups.")
-        self.triplet = AdaptiveMarginTripletLoss(config.margin, config.margin, sampling=config.triplet_sampling,
-                                                 seed=config.seed, name="triplet")
-        self.centers = SemanticCenterLoss(self.num_images, embedding_dim, delta=config.delta,
-                                          centers_learning_rate=config.centers_learning_rate, name="centers")
-        self.quantized = QuantizedCenterLoss(config.num_quantized_centers, embedding_dim, delta=config.delta,
-                                             centers_learning_rate=config.centers_learning_rate, name="quantized")
-        self.index_ce = ImageIndexCrossEntropy(self.num_images, embedding_dim, name="index_ce")
-
-    def all_losses(self) -> dict:
-        return {"triplet": self.triplet, "centers": self.centers, "quantized": self.quantized,
-                "index_ce": self.index_ce}
-
-    def phase_losses(self, phase: int) -> dict:
-        # Phase 2 keeps the triplet and the heads (frozen, no gradient reaches them) so that every term and the
-        # total stay comparable on TensorBoard across phases.
-        centre = self.centers if phase == 1 else self.quantized
-        return {"triplet": self.triplet, centre.name: centre, "index_ce": self.index_ce}
-
-
-# --------------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------------
-
-def _write_atomically(path: pathlib.Path, write) -> None:
-    """`write(handle)` into `<path>.partial`, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as handle:
-        write(handle)
-    os.replace(partial, path)
-
-
-def _write_json(path: pathlib.Path, payload) -> None:
-    _write_atomically(path, lambda handle: handle.write(json.dumps(payload, indent=2, sort_keys=True,
-                                                                   default=_plain).encode()))
-
-
-def _plain(value):
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return str(value)
 
 
 def _finite_or_none(value):
@@ -344,10 +75,6 @@ class _TrainableFlags:
             raise RuntimeError("Restoring the layers' trainable flags after phase 2 did not give back the same "
                                "trainable weights.")
 
-
-# --------------------------------------------------------------------------------------------------
-# The procedure
-# --------------------------------------------------------------------------------------------------
 
 class CenterPhaseTrainer:
     """Runs the phases (module docstring). Use: `build(model, strategy)` inside or outside the strategy's scope,
@@ -399,7 +126,8 @@ class CenterPhaseTrainer:
         epochs = config.phase_epochs[phase - 1]
 
         def rate(value):
-            return step_decay(value, epochs, steps_per_epoch, config.lr_decay_epochs, config.lr_decay_factor)
+            return step_decay(value, steps_per_epoch=steps_per_epoch, epochs=epochs,
+                              decay_epochs=config.lr_decay_epochs, decay_factor=config.lr_decay_factor)
 
         adam_rate = config.learning_rates[phase - 1]
         model_optimizer = keras.optimizers.Adam(rate(adam_rate), global_clipnorm=config.grad_clip_norm or None)
@@ -451,8 +179,8 @@ class CenterPhaseTrainer:
                         f"{objective.quantized.num_centers} quantized centres.")
             labels = objective.quantized.initialize_from(centers, seed=self.config.seed)
             centroids = objective.quantized.centers.numpy()
-            _write_atomically(self.phases_dir / "quantizer_init.npz",
-                              lambda handle: np.savez(handle, centroids=centroids, labels=labels))
+            with atomic_path(self.phases_dir / "quantizer_init.npz", keep_suffix=".npz") as tmp:
+                np.savez(tmp, centroids=centroids, labels=labels)
             sizes = np.bincount(labels, minlength=objective.quantized.num_centers)
             info = {"method": "kmeans", "points": int(centers.shape[0]), "clusters": int(sizes.size),
                     "empty_clusters": int(np.sum(sizes == 0)), "largest_cluster": int(sizes.max()),
@@ -491,7 +219,7 @@ class CenterPhaseTrainer:
             raise KitmDataError(f"{path} is unreadable ({error}); it is only a record: delete it to go on.") from error
 
     def _save_records(self) -> None:
-        _write_json(self.phases_dir / "phases.json",
+        write_json_atomically(self.phases_dir / "phases.json",
                     {"phases": [self.records[k] for k in sorted(self.records)], "quantizer_init": self.quantizer_init})
 
     def summary(self) -> dict:

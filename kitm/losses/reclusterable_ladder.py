@@ -1,0 +1,171 @@
+"""`ReclusterableLadderLoss`: the fixed-threshold ladder loss whose thresholds a callback re-derives every q batches.
+
+`LadderLoss` (seed 001's fixed ladder) with its thresholds in a non-trainable variable (`threshold_variable`), and a
+uniform random sample of the relevance values of the negatives it sees (`relevance_sample`), which
+`kitm.callbacks.LadderReclusterCallback` clusters every q batches to set new thresholds
+(`thresholds_from_clusters`: midpoints between adjacent cluster means). The callback's module docstring gives the
+whole scheme.
+
+The sample (`RelevanceSample`) is bottom-k sampling: every offered value gets an i.i.d. uniform key and the n values
+with the smallest keys are kept, which is a uniform sample without replacement of everything offered since the last
+reset, with O(n) memory and one `top_k` per step. Under a distribution strategy each replica samples its own values
+(ON_READ variables, no cross-replica traffic in the step) and the merged sample keeps the smallest keys of the
+union, which is again a uniform sample of the union.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
+from kitm.losses.base import RetrievalLoss
+from kitm.losses.ladder import LadderLoss
+from kitm.ops.similarity import negative_mask
+
+__all__ = ["RelevanceSample", "ReclusterableLadderLoss", "threshold_levels", "thresholds_from_clusters",
+           "DEFAULT_SAMPLE_SIZE"]
+
+DEFAULT_SAMPLE_SIZE = 4096
+
+
+class RelevanceSample:
+    """A uniform sample without replacement of at most `size` values among all values offered since the
+    last reset (bottom-k sampling, module docstring). `update` runs inside the training step; the rest
+    is eager, for callbacks.
+
+    Args:
+      size: n, the most values kept (per replica; the merged sample is also cut to n).
+      seed: seed of the stateless random keys (each replica and step draws from its own stream).
+    """
+
+    def __init__(self, size: int = DEFAULT_SAMPLE_SIZE, seed: int = 0, name: str = "relevance_sample"):
+        if isinstance(size, bool) or int(size) != size or int(size) < 2:
+            raise ValueError(f"size must be an integer >= 2; got {size!r}.")
+        self.size = int(size)
+        self.seed = int(seed)
+
+        def local(initial, dtype, label, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA):
+            return tf.Variable(tf.cast(initial, dtype), trainable=False, name=f"{name}_{label}",
+                               synchronization=tf.VariableSynchronization.ON_READ, aggregation=aggregation)
+
+        self.keys = local(tf.fill([self.size], np.inf), tf.float32, "keys")
+        self.values = local(tf.zeros([self.size]), tf.float32, "values")
+        self.offered = local(0, tf.int64, "offered", tf.VariableAggregation.SUM)
+        self.draws = local(0, tf.int64, "draws")
+
+    def update(self, values, mask=None) -> None:
+        """Offer the entries of `values` where `mask` is True (all of them without a mask)."""
+        values = tf.reshape(tf.cast(values, tf.float32), [-1])
+        mask = tf.ones_like(values, tf.bool) if mask is None else tf.reshape(tf.convert_to_tensor(mask), [-1])
+        context = tf.distribute.get_replica_context()
+        if context is None:  # cross-replica context: a single writer
+            replica, replicas = tf.constant(0, tf.int64), 1
+        else:
+            replica, replicas = tf.cast(context.replica_id_in_sync_group, tf.int64), context.num_replicas_in_sync
+        counter = tf.cast(self.draws, tf.int64) * replicas + replica
+        seed = tf.stack([tf.constant(self.seed, tf.int64), counter])
+        keys = tf.random.stateless_uniform(tf.shape(values), seed=seed, dtype=tf.float32)
+        keys = tf.where(mask, keys, tf.fill(tf.shape(keys), np.float32(np.inf)))
+        all_keys = tf.concat([tf.convert_to_tensor(self.keys), keys], axis=0)
+        all_values = tf.concat([tf.convert_to_tensor(self.values), values], axis=0)
+        _, keep = tf.math.top_k(-all_keys, k=self.size, sorted=False)  # the n smallest keys
+        self.keys.assign(tf.gather(all_keys, keep))
+        self.values.assign(tf.gather(all_values, keep))
+        self.offered.assign_add(tf.reduce_sum(tf.cast(mask, tf.int64)))
+        self.draws.assign_add(1)
+
+    def sample(self) -> np.ndarray:
+        """The merged sample over replicas (float64, at most `size` values, in random order)."""
+        keys = np.concatenate(replica_local_values(self.keys))
+        values = np.concatenate(replica_local_values(self.values))
+        kept = np.isfinite(keys)
+        keys, values = keys[kept], values[kept]
+        if keys.size > self.size:
+            order = np.argsort(keys, kind="stable")[: self.size]
+            keys, values = keys[order], values[order]
+        return values.astype(np.float64)
+
+    def offered_count(self) -> int:
+        return int(np.sum(replica_local_values(self.offered)))
+
+    def reset(self) -> None:
+        assign_replica_local(self.keys, np.full(self.size, np.inf, np.float32))
+        assign_replica_local(self.offered, np.int64(0))
+
+    def state(self):
+        return tuple(replica_local_values(v) for v in (self.keys, self.values, self.offered))
+
+    def restore(self, state) -> None:
+        for variable, values in zip((self.keys, self.values, self.offered), state):
+            assign_replica_local(variable, list(values))
+
+
+def threshold_levels(relevance, thresholds, *, image_index=None) -> tf.Tensor:
+    """`kitm.losses.ladder_levels` with the thresholds as a tensor (e.g. a variable): int32 [B, B].
+
+    `level[p, q] = 1 + #{l : relevance[p, q] < theta_l}` off the positives, 0 on them; a -inf threshold
+    never counts, so the level it would open stays empty.
+    """
+    relevance = tf.convert_to_tensor(relevance)
+    if relevance.shape.rank != 2:
+        raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
+    if not relevance.dtype.is_floating:
+        relevance = tf.cast(relevance, tf.float64)
+    thresholds = tf.cast(tf.reshape(tf.convert_to_tensor(thresholds), [-1]), relevance.dtype)
+    below = tf.cast(relevance[:, :, None] < thresholds[None, None, :], tf.int32)
+    levels = 1 + tf.reduce_sum(below, axis=2)
+    positive = tf.logical_not(negative_mask(relevance, image_index))
+    return tf.where(positive, tf.zeros_like(levels), levels)
+
+
+def thresholds_from_clusters(values: np.ndarray, labels: np.ndarray, k: int, num_thresholds: int) -> np.ndarray:
+    """Midpoints between adjacent cluster means (label 1 = highest), padded with -inf to `num_thresholds`."""
+    means = np.array([values[labels == level].mean() for level in range(1, k + 1)])
+    thresholds = np.full(num_thresholds, -np.inf)
+    thresholds[: k - 1] = (means[:-1] + means[1:]) / 2.0
+    return thresholds
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class ReclusterableLadderLoss(LadderLoss):
+    """`LadderLoss` whose thresholds live in `threshold_variable` (assigned by `LadderReclusterCallback`) and
+    which offers its negatives' relevance values to `relevance_sample`.
+
+    Arguments as `LadderLoss` (the thresholds given are the starting values), plus `sample_size` (n, the
+    largest sample the callback clusters) and `seed` (of the sample's random keys). Create it inside
+    `strategy.scope()`, like the model.
+    """
+
+    def __init__(self, thresholds: Sequence[float] = (0.40,), margins: Sequence[float] = (0.2, 0.01),
+                 betas: Sequence[float] = (1.0, 0.25), cumulative: bool = False,
+                 sample_size: int = DEFAULT_SAMPLE_SIZE, seed: int = 0, name: str = "ladder",
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, max_violation: bool = True):
+        super().__init__(thresholds=thresholds, margins=margins, betas=betas, cumulative=cumulative, name=name,
+                         reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
+                         max_violation=max_violation)
+        if not self.thresholds:
+            raise ValueError("ReclusterableLadderLoss needs at least one threshold (two ladder levels).")
+        self.threshold_variable = tf.Variable(np.asarray(self.thresholds, np.float32), trainable=False,
+                                              name=f"{name}_thresholds")
+        self.relevance_sample = RelevanceSample(sample_size, seed, name=f"{name}_relevance_sample")
+
+    def levels(self, y_true) -> tf.Tensor:
+        relevance = RetrievalLoss.optional(y_true, "relevance")
+        if relevance is None:
+            raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], relevance of caption q to "
+                             "image p).")
+        relevance = tf.convert_to_tensor(relevance)
+        if relevance.shape.rank != 2:
+            raise ValueError(f"y_true['relevance'] must be [B, B]; got shape {relevance.shape}.")
+        image_index = self.optional(y_true, "image_index")
+        self.relevance_sample.update(relevance, negative_mask(relevance, image_index))
+        return threshold_levels(relevance, self.threshold_variable, image_index=image_index)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(sample_size=self.relevance_sample.size, seed=self.relevance_sample.seed)
+        return config

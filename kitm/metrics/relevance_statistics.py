@@ -1,0 +1,58 @@
+"""`RelevanceStatistics`: how much graded relevance the semantic losses see per batch, as a Keras metric.
+
+For `DualEncoder.compile(monitors=[...])`. Over an epoch it pools the batch relevance matrix R
+(`y_true["relevance"]`, R[p, q] = relevance of caption q to image p) and reports
+
+    relevance/negative_mean = mean of R[p, q] over negative pairs (q != p, and not two captions of one image)
+    relevance/negative_std  = sqrt(E[R^2] - E[R]^2) over the same pairs
+    relevance/positive_mean = mean of the diagonal R[p, p]
+
+With a sharp relevance source the negatives' mean is near 0 and SAM or the ladder behave like the plain triplet.
+Keras' TensorBoard callback writes them to the `train` writer as `epoch_relevance/...`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import keras
+import tensorflow as tf
+
+from kitm.ops.similarity import negative_mask
+
+
+class RelevanceStatistics(keras.metrics.Metric):
+    """Pooled statistics of the batch relevance matrix over an epoch (module docstring).
+
+    `update_state(y_true, y_pred)` takes the pipeline's `y` dict; without a "relevance" entry it does nothing.
+    Accumulates in float64 (an epoch of COCO has ~10^9 negative pairs); under a distribution strategy the
+    replicas' sums add up.
+    """
+
+    def __init__(self, name: str = "relevance", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.sums = {key: self.add_variable(shape=(), initializer="zeros", dtype="float64", name=key)
+                     for key in ("negative_count", "negative_sum", "negative_squares", "positive_count",
+                                 "positive_sum")}
+
+    def update_state(self, y_true, y_pred=None, sample_weight=None):
+        relevance = y_true.get("relevance") if isinstance(y_true, Mapping) else None
+        if relevance is None:
+            return
+        relevance = tf.cast(relevance, tf.float64)
+        mask = tf.cast(negative_mask(relevance, y_true.get("image_index")), tf.float64)
+        diagonal = tf.linalg.diag_part(relevance)
+        updates = {"negative_count": tf.reduce_sum(mask), "negative_sum": tf.reduce_sum(relevance * mask),
+                   "negative_squares": tf.reduce_sum(tf.square(relevance) * mask),
+                   "positive_count": tf.cast(tf.size(diagonal), tf.float64), "positive_sum": tf.reduce_sum(diagonal)}
+        for key, value in updates.items():
+            self.sums[key].assign_add(value)
+
+    def result(self):
+        negatives = tf.maximum(self.sums["negative_count"], 1.0)
+        mean = self.sums["negative_sum"] / negatives
+        variance = tf.maximum(self.sums["negative_squares"] / negatives - tf.square(mean), 0.0)
+        positive = self.sums["positive_sum"] / tf.maximum(self.sums["positive_count"], 1.0)
+        return {f"{self.name}/negative_mean": tf.cast(mean, tf.float32),
+                f"{self.name}/negative_std": tf.cast(tf.sqrt(variance), tf.float32),
+                f"{self.name}/positive_mean": tf.cast(positive, tf.float32)}
