@@ -400,3 +400,19 @@ def test_centers_flagfile_runs_every_phase_on_the_synthetic_world(killed_and_res
     # 3 batches of 16 out of 48 training images, q = 1: a margin decision after each (steps of phase 3).
     assert {step for tag, step in tags if tag == "triplet/margin_y"} == {1, 2, 3}
     print(f"resumed run: {seconds:.1f} s")
+
+
+def test_each_phase_decays_its_rates_at_the_first_step_of_the_decay_epoch(tmp_path):
+    """The phases use kitm.training.schedules.step_decay: the first step of epoch `lr_decay_epochs` (0-based step
+    decay_epochs * steps_per_epoch, the optimizer's count of steps taken) already sees the decayed rate."""
+    ids = np.arange(16)
+    config = CenterPhaseConfig(phase_epochs=(4, 1, 1), learning_rates=(1e-2, 1e-3, 1e-3), num_quantized_centers=4,
+                               centers_learning_rate=0.5, lr_decay_epochs=2, lr_decay_factor=0.1)
+    trainer = CenterPhaseTrainer(config, tmp_path, ImageIndexMap(ids), verbose=0)
+    trainer.build(tiny_model(6))
+    adam, owned = trainer._optimizers(1, steps_per_epoch=5)
+    (sgd, _), = [value for (loss, attribute), value in owned.items() if attribute == "centers_optimizer"]
+    for optimizer, rate in ((adam, 1e-2), (sgd, 0.5)):
+        schedule = optimizer._learning_rate
+        np.testing.assert_allclose([float(schedule(step)) for step in (0, 9, 10, 19)],
+                                   [rate, rate, rate * 0.1, rate * 0.1], rtol=1e-6)
