@@ -21,6 +21,7 @@ from absl import flags
 import keras
 import kitm  # noqa: F401
 from kitm import launch
+from kitm.experiment import objectives
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.callbacks.loss_state_checkpoint import (AdaptiveMarginState, LossStateCheckpoint, latest_state,
                                                   read_state_json)
@@ -114,8 +115,11 @@ def parse():
     def parse_flags(*args, train_images=100):
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", *args])
-        launch.check_loss_flags()
-        return launch.center_phase_config(train_images)
+        with launch.flag_errors():
+            config = launch.experiment_config()
+            objectives.check_objective(config)
+            parse_flags.epochs = objectives.total_epochs(config)
+            return objectives.center_phase_config(config, train_images)
 
     yield parse_flags
     FLAGS.unparse_flags()
@@ -123,7 +127,7 @@ def parse():
 
 def test_flagfile_gives_the_papers_configuration(parse):
     config = parse(f"--flagfile={ROOT / 'launch' / 'centers.flags'}", train_images=113287)
-    assert config.phase_epochs == (30, 15, 10) and FLAGS.epochs == 55
+    assert config.phase_epochs == (30, 15, 10) and parse.epochs == 55
     assert config.learning_rates == (2e-4, 2e-5, 2e-5) and config.centers_learning_rate == 0.5
     assert (config.lr_decay_epochs, config.lr_decay_factor) == (15, 0.1)
     assert (config.num_quantized_centers, config.margin, config.margin_update_every) == (1000, 0.2, 500)
@@ -151,8 +155,9 @@ def test_bad_center_flags_are_named(parse):
         parse("--loss=centers", "--center_phase_epochs=0,0,0")
     with pytest.raises(launch.LaunchError, match="--epochs=3 with --loss=centers"):
         parse("--loss=centers", "--epochs=3")
+    # (the photo datasets' preset: the paper's 1000 quantized centres)
     with pytest.raises(launch.LaunchError, match="--num_quantized_centers=1000 is more than the 100 training"):
-        parse("--loss=centers")
+        parse("--loss=centers", "--dataset=coco")
     with pytest.raises(launch.LaunchError, match="margin_max"):
         parse("--loss=centers", "--num_quantized_centers=10", "--margin=0.5", "--margin_max=0.3")
     with pytest.raises(ValueError, match="phase_epochs"):

@@ -317,23 +317,27 @@ def test_launcher_names_flag_slot_and_build_command_when_image_rows_are_missing(
     from absl import flags
 
     from kitm import launch
+    from kitm.experiment import datasets, objectives
 
     flags.FLAGS.unparse_flags()
     try:
         flags.FLAGS(["kitm.launch", "--loss=neighborhood", "--neighbor_space=image", "--batch_size=16",
                      f"--data_dir={tiny_synthetic}"])
-        assert launch.required_relevance_slots() == ["image_neighbors"]
-        assert launch.synthetic_relevance_rows() == ["cider"] and launch.synthetic_image_neighbors() == "pixels"
-        assert launch.default_data_dir() == "tfrecords/synthetic_image_neighbors"
-        with pytest.raises(launch.LaunchError) as raised:
-            launch.check_flags_against_data(schema.load_info(tiny_synthetic))
+        config = launch.experiment_config()
+        assert objectives.required_relevance_slots(config) == ["image_neighbors"]
+        assert datasets.synthetic_relevance_rows(config) == ["cider"]
+        assert datasets.synthetic_image_neighbors(config) == "pixels"
+        assert datasets.default_data_dir(config) == "tfrecords/synthetic_image_neighbors"
+        with pytest.raises(launch.LaunchError) as raised, launch.flag_errors():
+            datasets.check_against_data(config, schema.load_info(tiny_synthetic))
         message = str(raised.value)
         for part in ("--neighbor_space=image", "'image_neighbors' relevance rows",
                      "python -m kitm.data.build --dataset=synthetic", "--image_neighbors=pixels"):
             assert part in message, message
         flags.FLAGS.unparse_flags()
         flags.FLAGS(["kitm.launch", "--loss=neighborhood", "--neighbor_space=image", "--dataset=f30k_precomp"])
-        assert "--name=f30k_precomp --out=x --image_neighbors=features" in launch.build_command("x")
+        assert "--name=f30k_precomp --out=x --image_neighbors=features" in datasets.build_command(
+            launch.experiment_config(), "x")
     finally:
         flags.FLAGS.unparse_flags()
 

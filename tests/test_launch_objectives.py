@@ -7,9 +7,16 @@ from absl import flags
 
 import kitm  # noqa: F401
 from kitm import launch
+from kitm.experiment import datasets, objectives
 from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, NeighborhoodAngularLoss, SAMLoss, TripletLoss
 
 FLAGS = flags.FLAGS
+
+
+def build_objective(steps_per_epoch=1):
+    """What the launcher builds for the parsed flags, with the library's errors named by flag."""
+    with launch.flag_errors():
+        return objectives.build_objective(launch.experiment_config(), steps_per_epoch)
 
 
 @pytest.fixture
@@ -17,7 +24,7 @@ def parse():
     def parse_flags(*args):
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", *args])
-        return launch.build_objective()[0]
+        return build_objective()[0]
 
     yield parse_flags
     FLAGS.unparse_flags()
@@ -57,15 +64,16 @@ def test_several_losses_are_composed_with_their_weights():
     try:
         FLAGS(["kitm.launch", "--loss=triplet,ladder_adaptive,neighborhood", "--loss_weights=1,0.5,2",
                "--relevance=sbert", "--neighborhood_base=triplet"])
-        losses, weights = launch.build_objective()
+        losses, weights = build_objective()
         assert list(losses) == ["triplet", "ladder", "neighborhood"]
         assert weights == {"triplet": 1.0, "ladder": 0.5, "neighborhood": 2.0}
         neighbourhood = losses["neighborhood"]
         assert isinstance(neighbourhood, NeighborhoodAngularLoss)
         assert (neighbourhood.base, neighbourhood.alpha, neighbourhood.beta) == ("triplet", 0.3, 0.1)
-        assert launch.uses_neighbor_batching()
-        assert launch.required_relevance_slots() == ["sbert", "neighbors"]
-        assert launch.default_data_dir() == "tfrecords/synthetic_neighbors_sbert"
+        config = launch.experiment_config()
+        assert objectives.uses_neighbor_batching(config)
+        assert objectives.required_relevance_slots(config) == ["sbert", "neighbors"]
+        assert datasets.default_data_dir(config) == "tfrecords/synthetic_neighbors_sbert"
     finally:
         FLAGS.unparse_flags()
 
@@ -86,14 +94,15 @@ def test_dataset_defaults_fill_only_flags_nobody_set():
     FLAGS.unparse_flags()
     try:
         FLAGS(["kitm.launch", "--dataset=synthetic", "--image_size=40"])
-        applied = launch.apply_dataset_defaults()
-        assert FLAGS.image_size == 40 and FLAGS.image_encoder == "small_cnn" and FLAGS.weights == "none"
-        assert "--weights=none" in applied and not any(a.startswith("--image_size") for a in applied)
+        config = launch.experiment_config()
+        assert config.data.image_size == 40 and config.model.image_encoder == "small_cnn"
+        assert config.model.weights == "none"
+        assert "weights" in config.preset and "image_size" not in config.preset
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'sam.flags'}"])
-        launch.apply_dataset_defaults()
-        assert (FLAGS.dataset, FLAGS.image_encoder, FLAGS.image_size, FLAGS.relevance) == ("f30k", "resnet152", 224,
-                                                                                          "cider")
+        config = launch.experiment_config()
+        assert (config.data.dataset, config.model.image_encoder, config.data.image_size,
+                config.data.relevance) == ("f30k", "resnet152", 224, "cider")
     finally:
         FLAGS.unparse_flags()
 
@@ -107,13 +116,14 @@ def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfi
     try:
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
                "--dataset=synthetic"])
-        launch.apply_dataset_defaults()
-        losses, _ = launch.build_objective()
-        assert list(losses) == keys and FLAGS.image_encoder == "small_cnn"
+        config = launch.experiment_config()
+        losses, _ = build_objective()
+        assert list(losses) == keys and config.model.image_encoder == "small_cnn"
         if "neighborhood" in losses:  # the Img NNs flagfile draws neighbours from the image-space rows
             space = "image" if "imgnns" in flagfile else "text"
-            assert losses["neighborhood"].neighbor_space == FLAGS.neighbor_space == space
-            assert launch.required_relevance_slots()[-1] == {"text": "neighbors", "image": "image_neighbors"}[space]
+            assert losses["neighborhood"].neighbor_space == config.objective.neighbor_space == space
+            assert objectives.required_relevance_slots(config)[-1] == {"text": "neighbors",
+                                                                       "image": "image_neighbors"}[space]
     finally:
         FLAGS.unparse_flags()
 
@@ -121,7 +131,7 @@ def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfi
 def test_hardest_warmup_and_angular_form_flags_reach_every_loss(parse):
     FLAGS.unparse_flags()
     FLAGS(["kitm.launch", "--loss=triplet,sam,ladder", "--relevance=truth", "--hardest_warmup_epochs=1.5"])
-    losses, _ = launch.build_objective(steps_per_epoch=10)
+    losses, _ = build_objective(steps_per_epoch=10)
     assert {name: loss.hardest_warmup_steps for name, loss in losses.items()} == {"triplet": 15, "sam": 15,
                                                                                   "ladder": 15}
     adaptive = parse("--loss=ladder_adaptive", "--relevance=truth", "--max_violation=false")["ladder"]
@@ -140,22 +150,19 @@ def test_synthetic_defaults_avoid_the_collapsing_configurations():
             FLAGS.unparse_flags()
             FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
                    "--dataset=synthetic"])
-            launch.apply_dataset_defaults()
-            for loss in launch.build_objective()[0].values():
+            for loss in build_objective()[0].values():
                 assert getattr(loss, "max_violation", False) is False, flagfile
                 assert getattr(loss, "form", "npair") == "npair", flagfile
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}",
                "--dataset=synthetic"])
-        launch.apply_dataset_defaults()
-        config = launch.center_phase_config(2100)
+        config = objectives.center_phase_config(launch.experiment_config(), 2100)
         assert config.phase_epochs == (6, 3, 3) and config.learning_rates == (2e-3, 2e-4, 2e-4)
         assert (config.num_quantized_centers, config.margin_update_every) == (50, 50)
         # On photos the paper's schedule (the flag defaults, also the photo defaults).
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}"])
-        launch.apply_dataset_defaults()
-        config = launch.center_phase_config(113287)
+        config = objectives.center_phase_config(launch.experiment_config(), 113287)
         assert config.phase_epochs == (30, 15, 10) and config.learning_rates == (2e-4, 2e-5, 2e-5)
     finally:
         FLAGS.unparse_flags()

@@ -10,6 +10,8 @@ import warnings
 import keras
 import tensorflow as tf
 
+from kitm.files import atomic_path
+
 
 def finite_loss(logs) -> bool:
     """False when the logs hold a loss that is NaN or infinite (no loss logged counts as finite)."""
@@ -39,7 +41,6 @@ class AtomicWeightsCheckpoint(keras.callbacks.Callback):
         self.path = pathlib.Path(path)
         if not self.path.name.endswith(".weights.h5"):
             raise ValueError(f"Checkpoint path must end in .weights.h5; got {self.path}.")
-        self.partial = self.path.with_name(self.path.name[: -len(".weights.h5")] + ".partial.weights.h5")
         self.skipped_epochs: list[int] = []
 
     def on_epoch_end(self, epoch, logs=None):
@@ -49,6 +50,5 @@ class AtomicWeightsCheckpoint(keras.callbacks.Callback):
             warnings.warn(f"Epoch {epoch + 1}: the loss or the weights are not finite (loss "
                           f"{(logs or {}).get('loss')}); {kept}.", RuntimeWarning, stacklevel=2)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.model.save_weights(str(self.partial))
-        os.replace(self.partial, self.path)
+        with atomic_path(self.path, keep_suffix=".weights.h5") as partial:
+            self.model.save_weights(str(partial))

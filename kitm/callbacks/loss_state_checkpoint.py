@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from kitm.errors import KitmDataError
+from kitm.files import atomic_path
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 
 __all__ = ["LossStateCheckpoint", "loss_state", "latest_state", "read_state_json", "AdaptiveMarginState"]
@@ -322,19 +323,14 @@ class LossStateCheckpoint(keras.callbacks.Callback):
         if source is None:
             raise ValueError(f"No complete state under {self.directory} to pin.")
         destination = pathlib.Path(destination)
-        partial = destination.with_name(destination.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-
         def link(src, dst):
             try:
                 os.link(src, dst)
             except OSError:  # another filesystem, or links not allowed
                 shutil.copy2(src, dst)
 
-        shutil.copytree(source, partial, copy_function=link)
-        if destination.exists():
-            shutil.rmtree(destination)
-        os.rename(partial, destination)
+        with atomic_path(destination) as partial:
+            shutil.copytree(source, partial, copy_function=link)
         return destination
 
     # -- reading ---------------------------------------------------------------------------------

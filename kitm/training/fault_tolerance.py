@@ -28,6 +28,7 @@ import shutil
 import keras
 
 from kitm.callbacks.checkpoint import finite_loss
+from kitm.files import atomic_path, write_text_atomically
 
 WEIGHTS = "latest.weights.h5"
 METADATA = "training_metadata.json"
@@ -48,14 +49,17 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
       steps_per_epoch: optimizer steps in one epoch of this run.
       save_freq: "epoch", or back up every this many steps.
       write_dir: where this process writes its backups (a multi-worker non-chief's temporary directory).
-      delete_checkpoint: remove this process's backup when `fit` ends. The launcher passes False and removes
-        it once the whole run (evaluation, export) is done, so a run killed after training resumes there.
+      delete_checkpoint: remove this process's backup when `fit` ends. The experiment runner passes False and
+        removes it once the whole run (evaluation, export) is done, so a run killed after training resumes there.
+      total_steps: the run's optimizer steps; with it, a restore prints "Resumed from the backup at step k of
+        total_steps." when it happens (at the start of training).
     Attributes:
       restored_step: the optimizer step restored at the start of training (0: a fresh start).
     """
 
     def __init__(self, backup_dir: str | os.PathLike, *, steps_per_epoch: int, save_freq="epoch",
-                 write_dir: str | os.PathLike | None = None, delete_checkpoint: bool = True):
+                 write_dir: str | os.PathLike | None = None, delete_checkpoint: bool = True,
+                 total_steps: int | None = None):
         super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=False,
                          delete_checkpoint=delete_checkpoint)
         if isinstance(steps_per_epoch, bool) or int(steps_per_epoch) != steps_per_epoch or steps_per_epoch < 1:
@@ -63,6 +67,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.steps_per_epoch = int(steps_per_epoch)
         self.write_dir = pathlib.Path(write_dir if write_dir is not None else backup_dir)
         self.restored_step = 0
+        self.total_steps = total_steps
         self._partial_epoch: tuple[int, int] | None = None  # (epoch, steps left in it) after a mid-epoch restore
         self._stopped_partial_epoch = False
         self._epoch = 0
@@ -77,6 +82,8 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = epoch  # noqa: SLF001 (the attribute Keras' own BackupAndRestore sets)
         self._current_epoch = epoch
         self._partial_epoch = (epoch, self.steps_per_epoch - done) if done else None
+        if self.restored_step and self.total_steps is not None:
+            print(f"Resumed from the backup at step {self.restored_step} of {self.total_steps}.", flush=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -102,16 +109,11 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
     # -- backup ------------------------------------------------------------------------------------
     def _save_model(self):
         """Weights (with the optimizer), then metadata, each under a temporary name and renamed."""
-        self.write_dir.mkdir(parents=True, exist_ok=True)
-        weights = self.write_dir / WEIGHTS
-        partial = self.write_dir / ("latest.partial" + ".weights.h5")
-        self.model.save_weights(str(partial), overwrite=True)
-        os.replace(partial, weights)
+        with atomic_path(self.write_dir / WEIGHTS, keep_suffix=".weights.h5") as partial:
+            self.model.save_weights(str(partial), overwrite=True)
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else None
-        metadata = self.write_dir / METADATA
-        tmp = metadata.with_name(METADATA + ".tmp")
-        tmp.write_text(json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
-        os.replace(tmp, metadata)
+        write_text_atomically(self.write_dir / METADATA,
+                              json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
 
     def on_train_end(self, logs=None):
         # Only this process's own backup: a non-chief must not remove the chief's.

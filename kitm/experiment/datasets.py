@@ -1,0 +1,236 @@
+"""The datasets an experiment can name: their presets, where their records live, and how to build them.
+
+- `DATASET_PRESETS`: per-dataset values for the data, model and schedule settings that nobody gave, so that a
+  paper's flagfile (objective settings only) runs on the photos it was written for and, with `dataset="synthetic"`,
+  on the synthetic world in minutes. Explicitly given settings always win.
+- `ensure_dataset`: the dataset's info; the synthetic world is built on demand, any other dataset stops with the
+  exact build command (`BUILD_COMMANDS`).
+- `check_against_data`: settings that contradict the records (missing relevance rows, images vs features, too few
+  training samples for the batch).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from kitm.errors import KitmConfigError, KitmDataError, option
+from kitm.experiment.config import ExperimentConfig
+from kitm.experiment.objectives import check_objective, required_relevance_slots, uses_center_phases, \
+    uses_neighbor_batching
+
+# Named datasets and how to build them; the message a user sees when one is missing.
+BUILD_COMMANDS = {
+    "coco": "python -m kitm.data.build --dataset=karpathy --karpathy_json=<dir>/dataset_coco.json "
+            "--images=<dir with train2014/ and val2014/> --out={data_dir}",
+    "f30k": "python -m kitm.data.build --dataset=karpathy --karpathy_json=<dir>/dataset_flickr30k.json "
+            "--images=<dir>/flickr30k-images --out={data_dir}",
+    "f8k": "python -m kitm.data.build --dataset=karpathy --karpathy_json=<dir>/dataset_flickr8k.json "
+           "--images=<dir>/Flicker8k_Dataset --out={data_dir}",
+    "f8k_text": "python -m kitm.data.build --dataset=flickr8k --flickr8k_dir=<dir>/Flickr8k_text "
+                "--images=<dir>/Flicker8k_Dataset --out={data_dir}",
+    "coco_captions": "python -m kitm.data.build --dataset=coco_captions --coco_captions=<dir>/annotations/"
+                     "captions_train2014.json,<dir>/annotations/captions_val2014.json --karpathy_json=<dir>/"
+                     "dataset_coco.json --images=<dir with train2014/ and val2014/> --out={data_dir}",
+    "f30k_precomp": "python -m kitm.data.build --dataset=precomputed --features_dir=<dir> --name=f30k_precomp "
+                    "--out={data_dir}",
+    "coco_precomp": "python -m kitm.data.build --dataset=precomputed --features_dir=<dir> --name=coco_precomp "
+                    "--out={data_dir}",
+}
+
+_PHOTO_PRESETS = {
+    "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
+    "embedding_dim": 1024, "word_dim": 300, "text_units": 1024, "captions_per_step": "all", "max_violation": True,
+    "epochs": 30, "learning_rate": 2e-4, "lr_decay_epochs": 15, "eval_every_epochs": 1,
+    # The centers objective (Malali & Keller, Sec. 4.1): 30/15/10 epochs, Adam 2e-4 then 2e-5, 1000 quantized
+    # centres, q = 500.
+    "center_phase_epochs": (30, 15, 10), "center_phase2_learning_rate": 2e-5,
+    "center_phase3_learning_rate": 2e-5, "num_quantized_centers": 1000, "margin_update_every": 500,
+}
+DATASET_PRESETS = {
+    "synthetic": {
+        "image_encoder": "small_cnn", "weights": "none", "image_size": 48, "flip": False, "eval_crop_fraction": 1.0,
+        "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all",
+        # The sum over negatives throughout (the triplet, SAM's triplet part, the ladders' first rung): with the CNN
+        # starting from random weights the hardest negative collapsed the embeddings within one epoch of switching
+        # to it, after a 2- or a 6-epoch hardest_warmup_epochs too (README, "Hardest negatives and collapse").
+        "max_violation": False, "hardest_warmup_epochs": 0.0, "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9,
+        "eval_every_epochs": 3,
+        # The centers objective: the same 12 epochs split 6/3/3, ten times the paper's later rates (as phase 1's),
+        # 50 quantized centres for the 2,100 training scenes, margins adapted every 50 of the ~80 batches an epoch.
+        "center_phase_epochs": (6, 3, 3), "center_phase2_learning_rate": 2e-4,
+        "center_phase3_learning_rate": 2e-4, "num_quantized_centers": 50, "margin_update_every": 50,
+    },
+    "coco": _PHOTO_PRESETS, "f30k": _PHOTO_PRESETS, "f8k": _PHOTO_PRESETS,
+}
+# Only the centers objective reads these: not worth a line of another run's output.
+CENTER_PHASE_SETTINGS = ("center_phase_epochs", "center_phase2_learning_rate", "center_phase3_learning_rate",
+                         "num_quantized_centers", "margin_update_every")
+
+
+def preset_settings(config: ExperimentConfig) -> dict:
+    """The dataset's presets for the settings `config` was not given explicitly, where they change something."""
+    presets = {}
+    for name, value in DATASET_PRESETS.get(config.data.dataset, {}).items():
+        if name in CENTER_PHASE_SETTINGS and not uses_center_phases(config):
+            continue
+        if name not in config.explicit and config.get(name) != value:
+            presets[name] = value
+    return presets
+
+
+def synthetic_relevance_rows(config: ExperimentConfig) -> list[str]:
+    """The caption relevance rows a synthetic world built for `config` carries (CIDEr-D always: it is cheap)."""
+    rows = {"cider", *required_relevance_slots(config)} - {"truth", "image_neighbors"}
+    if "neighbors" in rows:
+        rows.add("sbert")  # the neighbours are found in that space; keep it for relevance="sbert" too
+    return sorted(rows)
+
+
+# The image space of the image_neighbors rows of a synthetic world built on demand: its scenes are flat shapes,
+# near in pixel space exactly when alike (kitm.relevance.image_features), and it needs no weights.
+SYNTHETIC_IMAGE_NEIGHBORS = "pixels"
+
+
+def synthetic_image_neighbors(config: ExperimentConfig) -> str:
+    """The image_neighbors space of a synthetic world built for `config` ("none" without the Img NNs)."""
+    return SYNTHETIC_IMAGE_NEIGHBORS if "image_neighbors" in required_relevance_slots(config) else "none"
+
+
+def default_data_dir(config: ExperimentConfig) -> str:
+    """tfrecords/<dataset>; a synthetic world with sentence-embedding or image-neighbour rows gets its own folder,
+    so the quick default world (CIDEr-D rows only) is never rebuilt in place."""
+    parts = [row for row in synthetic_relevance_rows(config) if row != "cider"]
+    if synthetic_image_neighbors(config) != "none":
+        parts.append("image_neighbors")
+    if config.data.dataset == "synthetic" and parts:
+        return "tfrecords/synthetic_" + "_".join(parts)
+    return f"tfrecords/{config.data.dataset}"
+
+
+def data_dir(config: ExperimentConfig) -> pathlib.Path:
+    """The records' folder: `data_dir`, else the dataset's default."""
+    return pathlib.Path(config.data.data_dir or default_data_dir(config))
+
+
+def build_command(config: ExperimentConfig, directory, image_mode: str | None = None) -> str:
+    """The command that builds the dataset into `directory` with the rows `config` needs; `image_mode` (of the
+    records there, when known) picks the image space of neighbor_space="image"."""
+    data = config.data
+    if data.dataset == "synthetic":
+        command = (f"python -m kitm.data.build --dataset=synthetic --out={{data_dir}} "
+                   f"--num_scenes={data.synthetic_num_scenes} --seed={config.training.seed} "
+                   f"--image_size={data.image_size} --relevance={','.join(synthetic_relevance_rows(config))}")
+    else:
+        command = BUILD_COMMANDS.get(data.dataset, "python -m kitm.data.build --dataset=karpathy "
+                                     "--karpathy_json=<split json> --images=<image folder> --out={data_dir}")
+    if "image_neighbors" in required_relevance_slots(config):
+        if image_mode in ("feature", "regions") or (image_mode is None and data.dataset.endswith("_precomp")):
+            space = "features"  # the stored vectors
+        elif data.dataset == "synthetic":
+            space = SYNTHETIC_IMAGE_NEIGHBORS
+        else:
+            space = "backbone --image_neighbors_weights=imagenet"
+        command += f" --image_neighbors={space}"
+    return command.format(data_dir=directory)
+
+
+def ensure_dataset(config: ExperimentConfig):
+    """The dataset's info (`kitm.data.schema.DatasetInfo`); the synthetic world is built when absent, other datasets
+    stop with the command that builds them."""
+    from kitm.data import schema
+
+    directory = data_dir(config)
+    data = config.data
+    if not (directory / schema.INFO_FILE).is_file():
+        if data.dataset == "synthetic" and config.training.strategy == "multi_worker":
+            raise KitmConfigError(
+                f"{option('strategy')}=multi_worker reads a built dataset ({directory / schema.INFO_FILE} is "
+                "missing): build the synthetic world first, once, e.g. with the same settings and "
+                f"{option('strategy')}=default {option('epochs')}=1, so that the workers do not all write it at once.")
+        if data.dataset != "synthetic":
+            raise KitmConfigError(
+                f"Dataset '{data.dataset}' is not built: {directory / schema.INFO_FILE} and its shards are missing.\n"
+                f"Build it with:\n  {build_command(config, directory)}")
+        from kitm.data.synthetic_records import build_synthetic
+        from kitm.relevance.image_features import ImageNeighborOptions
+
+        print(f"Building the synthetic world into {directory} ({data.synthetic_num_scenes} scenes).")
+        build_synthetic(directory, num_scenes=data.synthetic_num_scenes, seed=config.training.seed,
+                        image_size=data.image_size, progress=config.training.progress,
+                        relevance=synthetic_relevance_rows(config),
+                        image_neighbors=ImageNeighborOptions(synthetic_image_neighbors(config)))
+    return schema.load_info(directory)
+
+
+def training_subset(config: ExperimentConfig, info) -> tuple[int, int] | None:
+    """train_fraction as PipelineConfig.train_subset: (largest kept image id, images kept); None for all."""
+    if config.data.train_fraction >= 1.0:
+        return None
+    import numpy as np
+
+    from kitm.data.image_index import read_image_ids
+
+    ids = np.sort(read_image_ids(data_dir(config), "train"))
+    count = max(1, round(config.data.train_fraction * ids.size))
+    return int(ids[count - 1]), count
+
+
+def training_images(config: ExperimentConfig, info) -> int:
+    """The training images a run reads (all, or train_fraction of them)."""
+    total = info.num_images("train")
+    return max(1, round(config.data.train_fraction * total)) if config.data.train_fraction < 1.0 else total
+
+
+def check_against_data(config: ExperimentConfig, info) -> None:
+    """Settings that the records at data_dir cannot serve, each named with the fix."""
+    from kitm.experiment.objectives import center_phase_config
+
+    directory = data_dir(config)
+    data, model = config.data, config.model
+    if "train" not in info.splits:
+        raise KitmDataError(f"The dataset at {directory} has no train split.")
+    samples = training_images(config, info) * (info.captions_per_image if data.captions_per_step == "all" else 1)
+    if config.training.batch_size > samples:
+        raise KitmConfigError(f"{option('batch_size')}={config.training.batch_size} is larger than the {samples} "
+                              f"training samples of {directory}; lower {option('batch_size')}.")
+    check_objective(config)
+    if data.train_fraction < 1.0 and (uses_neighbor_batching(config) or uses_center_phases(config)):
+        raise KitmConfigError(f"{option('train_fraction')}={data.train_fraction} is not supported with "
+                              f"{option('loss')}=neighborhood or {option('loss')}=centers (their batches and centres "
+                              "cover the whole training split).")
+    if uses_center_phases(config):
+        center_phase_config(config, info.num_images("train"), data_dir=directory)
+    if config.evaluation.eval_relevance == "truth" and "truth" not in info.relevance:
+        raise KitmConfigError(f"{option('eval_relevance')}=truth needs the synthetic world's facts; {directory} has "
+                              f"relevance slots {sorted(info.relevance) or 'none'}.")
+    for slot in required_relevance_slots(config):
+        if slot not in info.relevance:
+            raise KitmConfigError(_missing_rows_message(config, info, slot, directory))
+    if info.image_mode == "none":
+        raise KitmDataError(f"{directory} holds captions only (built without images, e.g. from the Flickr8K token "
+                            "files without --images); rebuild it with --images to train on it.")
+    if model.image_encoder == "features_mlp" and info.image_mode == "encoded":
+        raise KitmConfigError(f"{option('image_encoder')}=features_mlp needs a dataset of precomputed features; "
+                              f"{directory} holds encoded images.")
+    if model.image_encoder != "features_mlp" and info.image_mode != "encoded":
+        raise KitmConfigError(f"{option('image_encoder')}={model.image_encoder} needs images; {directory} holds "
+                              f"{info.image_mode} features: use {option('image_encoder')}=features_mlp.")
+
+
+def _missing_rows_message(config: ExperimentConfig, info, slot: str, directory: pathlib.Path) -> str:
+    needed_by = {"neighbors": f"{option('loss')}=neighborhood (neighbour rows)",
+                 "image_neighbors": f"{option('loss')}=neighborhood {option('neighbor_space')}=image "
+                                    "(the neighbourhood paper's Img NNs)"}.get(slot, f"{option('relevance')}={slot}")
+    if slot == "truth":
+        hint = "the synthetic world's facts exist only in synthetic datasets"
+    elif slot == "image_neighbors":
+        hint = (f"rebuild it with the image-space neighbour rows (after deleting {directory}, or into a new folder "
+                f"given as --out and {option('data_dir')}):\n  {build_command(config, directory, info.image_mode)}\n"
+                "(--image_neighbors=backbone: a frozen ImageNet ResNet-50 on the images; pixels: downsampled pixels, "
+                "no weights; features: a precomputed-feature dataset's own vectors)")
+    else:
+        hint = f"rebuild it with python -m kitm.data.build ... --relevance={slot} (or include {slot} in the list)"
+    if slot != "truth" and config.data.dataset == "synthetic":
+        hint += "; a synthetic world built on demand is rebuilt if you delete its folder"
+    return (f"{needed_by} needs the '{slot}' relevance rows; {directory} has relevance slots "
+            f"{sorted(info.relevance) or 'none'}: {hint}.")

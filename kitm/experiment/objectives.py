@@ -1,0 +1,220 @@
+"""The objective registry: each `loss` name, the `keras.losses.Loss` it builds from the settings, and its checks.
+
+`OBJECTIVES` maps a name to an `Objective` (its builder, the key its terms are logged under, whether it needs a
+relevance source). Several names are summed with `loss_weights` (`DualEncoder.compile(losses=..., loss_weights=...)`);
+`centers` is a whole objective trained in phases (kitm.training.center_phases) and stands alone.
+`register_objective` adds a user's own loss to the registry, so `loss=["triplet", "mine"]` works from Python and from
+the launcher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from kitm.errors import KitmConfigError, option
+from kitm.experiment.config import ExperimentConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One `loss` entry: `build(config, hardest_warmup_steps)` -> a keras Loss (created under the strategy's scope).
+
+    key: the name its terms are logged under (`<key>/<term>`; the two ladders share one, so only one of them can be
+    used at a time). needs_relevance: it learns from the batch relevance matrix (needs `relevance` != "none").
+    """
+
+    build: Callable[[ExperimentConfig, int], object] | None
+    key: str
+    needs_relevance: bool = False
+
+
+def _triplet(config, warmup):
+    from kitm.losses import TripletLoss
+
+    o = config.objective
+    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup)
+
+
+def _sam(config, warmup):
+    from kitm.losses import SAMLoss
+
+    o = config.objective
+    return SAMLoss(o.sam_tau, sampling=o.sam_sampling, pairing=o.sam_pairing, sam_weight=o.sam_weight,
+                   margin=o.margin, max_violation=o.max_violation, seed=config.training.seed,
+                   hardest_warmup_steps=warmup)
+
+
+def _ladder(config, warmup):
+    from kitm.losses import LadderLoss, ReclusterableLadderLoss
+
+    o = config.objective
+    if o.ladder_recluster_every:
+        return ReclusterableLadderLoss(o.ladder_thresholds, o.ladder_margins, o.ladder_betas,
+                                       seed=config.training.seed, hardest_warmup_steps=warmup,
+                                       max_violation=o.max_violation)
+    return LadderLoss(o.ladder_thresholds, o.ladder_margins, o.ladder_betas, hardest_warmup_steps=warmup,
+                      max_violation=o.max_violation)
+
+
+def _ladder_adaptive(config, warmup):
+    from kitm.losses import AdaptiveLadderLoss
+
+    o = config.objective
+    return AdaptiveLadderLoss([int(bound) for bound in o.ladder_level_bounds], first_margin=o.margin,
+                              lloyd_runs=o.ladder_lloyd_runs, hardest_warmup_steps=warmup,
+                              max_violation=o.max_violation)
+
+
+def _angular(config, warmup):
+    from kitm.losses import AngularLoss
+
+    return AngularLoss(config.objective.angle_degrees, form=config.objective.angular_form)
+
+
+def _neighborhood(config, warmup):
+    from kitm.losses import NeighborhoodAngularLoss
+
+    o = config.objective
+    return NeighborhoodAngularLoss(o.neighborhood_alpha, o.neighborhood_beta, base=o.neighborhood_base,
+                                   angle_degrees=o.angle_degrees, margin=o.margin, neighbor_space=o.neighbor_space,
+                                   form=o.angular_form)
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "triplet": Objective(_triplet, "triplet"),  # VSE++
+    "sam": Objective(_sam, "sam", needs_relevance=True),  # triplet + sam_weight x the semantic adaptive margin
+    "ladder": Objective(_ladder, "ladder", needs_relevance=True),  # fixed thresholds
+    "ladder_adaptive": Objective(_ladder_adaptive, "ladder", needs_relevance=True),  # k-means levels per query
+    "angular": Objective(_angular, "angular"),  # N-pair angular, symmetric
+    "neighborhood": Objective(_neighborhood, "neighborhood"),  # + semantic-neighbour terms, neighbour batching
+    "centers": Objective(None, "centers"),  # trained in phases by kitm.training.center_phases
+}
+
+
+def register_objective(name: str, build: Callable[[ExperimentConfig, int], object], *, key: str | None = None,
+                       needs_relevance: bool = False) -> None:
+    """Make `loss=[..., name]` build `build(config, hardest_warmup_steps)` (a `kitm.losses.RetrievalLoss`)."""
+    if name in OBJECTIVES:
+        raise KitmConfigError(f"An objective named {name!r} is already registered.")
+    OBJECTIVES[name] = Objective(build, key or name, needs_relevance)
+
+
+def loss_names() -> tuple[str, ...]:
+    return tuple(OBJECTIVES)
+
+
+def uses_center_phases(config: ExperimentConfig) -> bool:
+    return "centers" in config.objective.loss
+
+
+def uses_neighbor_batching(config: ExperimentConfig) -> bool:
+    return "neighborhood" in config.objective.loss
+
+
+def required_relevance_slots(config: ExperimentConfig) -> list[str]:
+    """The relevance rows the records must carry for `config` (the neighbour slot of neighbor_space too)."""
+    from kitm.data.schema import NEIGHBOR_SLOTS
+
+    slots = [] if config.data.relevance == "none" else [config.data.relevance]
+    if uses_neighbor_batching(config):
+        slots.append(NEIGHBOR_SLOTS[config.objective.neighbor_space][0])
+    return slots
+
+
+def check_objective(config: ExperimentConfig) -> None:
+    """`loss` names known losses, at most once each, with matching `loss_weights` and a relevance source."""
+    names = list(config.objective.loss)
+    shown = f"{option('loss')}={','.join(names)}"
+    unknown = [name for name in names if name not in OBJECTIVES]
+    if unknown or not names:
+        raise KitmConfigError(f"{shown}: unknown loss {unknown or '(none given)'}; choose from "
+                              f"{', '.join(OBJECTIVES)}.")
+    keys = [OBJECTIVES[name].key for name in names]
+    if len(set(keys)) != len(keys):
+        raise KitmConfigError(f"{shown} names a loss twice (ladder and ladder_adaptive are one objective with fixed "
+                              "or adaptive levels).")
+    weights = config.objective.loss_weights
+    if weights and len(weights) != len(names):
+        raise KitmConfigError(f"{option('loss_weights')}={','.join(map(_number, weights))} gives {len(weights)} "
+                              f"weights for the {len(names)} losses of {shown}.")
+    if any(weight < 0 for weight in weights):
+        raise KitmConfigError(f"{option('loss_weights')}={','.join(map(_number, weights))}: weights must be >= 0.")
+    if "centers" in names and len(names) > 1:
+        raise KitmConfigError(f"{shown}: centers is a whole objective trained in phases (triplet, centre and "
+                              "classification terms); use it alone.")
+    needs_relevance = [name for name in names if OBJECTIVES[name].needs_relevance]
+    if needs_relevance and config.data.relevance == "none":
+        raise KitmConfigError(f"{option('loss')}={needs_relevance[0]} learns from graded relevance: set "
+                              f"{option('relevance')} (e.g. truth for the synthetic world, cider for SAM, sbert for "
+                              "the ladder loss).")
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def hardest_warmup_steps(config: ExperimentConfig, steps_per_epoch: int) -> int:
+    """hardest_warmup_epochs in training steps."""
+    return round(config.objective.hardest_warmup_epochs * steps_per_epoch)
+
+
+def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple[dict, dict]:
+    """(losses, weights) for `DualEncoder.compile(losses=..., loss_weights=...)` from `loss` and `loss_weights`.
+
+    Create under the strategy's scope. Each loss is keyed (and logged) by its objective's key (`sam/...`,
+    `ladder/...`). `steps_per_epoch` turns hardest_warmup_epochs into steps.
+    """
+    check_objective(config)
+    names = config.objective.loss
+    weights = config.objective.loss_weights or (1.0,) * len(names)
+    warmup = hardest_warmup_steps(config, steps_per_epoch)
+    losses, loss_weights = {}, {}
+    for name, weight in zip(names, weights):
+        objective = OBJECTIVES[name]
+        if objective.build is None:
+            raise KitmConfigError(f"{option('loss')}={name} is built and trained phase by phase by "
+                                  "kitm.training.center_phases.")
+        try:
+            losses[objective.key] = objective.build(config, warmup)
+        except ValueError as error:  # the loss names its argument; say which setting feeds it
+            raise KitmConfigError(f"{option('loss')}={name}: {error}") from error
+        loss_weights[objective.key] = float(weight)
+    return losses, loss_weights
+
+
+def center_phase_config(config: ExperimentConfig, num_train_images: int, data_dir=None):
+    """The centers objective's settings as a `kitm.training.center_phases.CenterPhaseConfig`."""
+    from kitm.training.center_phases import CenterPhaseConfig
+
+    o, t = config.objective, config.training
+    epochs = tuple(o.center_phase_epochs)
+    shown = f"{option('center_phase_epochs')}={','.join(map(str, epochs))}"
+    if len(epochs) != 3 or min(epochs) < 0 or sum(epochs) == 0:
+        raise KitmConfigError(f"{shown}: give three epoch counts >= 0 (phases 1, 2, 3), not all 0.")
+    if "epochs" in config.explicit and t.epochs != sum(epochs):
+        raise KitmConfigError(f"{option('epochs')}={t.epochs} with {option('loss')}=centers: the phases set the "
+                              f"epochs ({shown}); drop {option('epochs')}.")
+    if o.num_quantized_centers > num_train_images:
+        where = f" of {data_dir}" if data_dir is not None else ""
+        raise KitmConfigError(f"{option('num_quantized_centers')}={o.num_quantized_centers} is more than the "
+                              f"{num_train_images} training images{where}: k-means cannot make more quantized "
+                              "centres than there are per-image centres; lower it.")
+    try:
+        return CenterPhaseConfig(
+            phase_epochs=epochs, learning_rates=(t.learning_rate, o.center_phase2_learning_rate,
+                                                 o.center_phase3_learning_rate),
+            centers_learning_rate=o.center_learning_rate, lr_decay_epochs=t.lr_decay_epochs,
+            lr_decay_factor=t.lr_decay_factor, grad_clip_norm=t.grad_clip_norm or None, delta=o.center_delta,
+            num_quantized_centers=o.num_quantized_centers, margin=o.margin,
+            margin_update_every=o.margin_update_every, margin_max=o.margin_max,
+            loss_weight=(o.loss_weights or (1.0,))[0], seed=t.seed, triplet_sampling=o.center_triplet_sampling)
+    except ValueError as error:
+        raise KitmConfigError(f"{option('loss')}=centers: {error}") from error
+
+
+def total_epochs(config: ExperimentConfig) -> int:
+    """The epochs a run trains: `epochs`, or the sum of the centers phases."""
+    if uses_center_phases(config):
+        return sum(config.objective.center_phase_epochs)
+    return config.training.epochs
