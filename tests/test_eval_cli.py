@@ -220,7 +220,7 @@ def test_sims_scored_against_a_split_with_cider_relevance(run, run_report, tiny_
     _, sims = run_report
     out = tmp_path / "cider.json"
     assert main([f"--sims={run_dir / 'sims.npy'}", f"--data_dir={tiny_synthetic}", "--split=test",
-                 "--relevance=cider", f"--out={out}"]) == 0
+                 "--relevance=cider", "--cider_normalization=ptb", f"--out={out}"]) == 0
     captions = [_ptb_like(c) for c in read_split(tiny_synthetic, "test", with_images=False).captions]
     groups = [captions[5 * i:5 * i + 5] for i in range(12)]
     # pycocoevalcap's scorer on every (caption, image) pair; repeating each group once per caption scales D and
@@ -232,6 +232,32 @@ def test_sims_scored_against_a_split_with_cider_relevance(run, run_report, tiny_
     _, scores = scorer.compute_score()
     cider = np.asarray(scores).reshape(60, 12)
     _assert_same_figures(json.loads(out.read_text())["all"], evaluate(sims, relevance=cider))
+
+
+def test_cider_relevance_defaults_to_the_ncs_references_caption_handling(run, run_report, tiny_synthetic,
+                                                                          tmp_path):
+    """Without --cider_normalization the captions are only lower-cased and split on whitespace, as the NCS
+    reference's custom_cider.py does; the synthetic captions' "." and "," then stay glued to their words."""
+    from pycocoevalcap.cider.cider_scorer import CiderScorer
+
+    from kitm.eval.split_data import read_split
+
+    run_dir, _, _ = run
+    _, sims = run_report
+    out = tmp_path / "cider_ncs.json"
+    assert main([f"--sims={run_dir / 'sims.npy'}", f"--data_dir={tiny_synthetic}", "--split=test",
+                 "--relevance=cider", f"--out={out}"]) == 0
+    captions = [c.lower() for c in read_split(tiny_synthetic, "test", with_images=False).captions]
+    assert any(re.search(r"\w[.,]", c) for c in captions)  # the two handlings differ on these captions
+    groups = [captions[5 * i:5 * i + 5] for i in range(12)]
+    scorer = CiderScorer(n=4, sigma=6.0)  # the reference's scorer is this one (plus an all-pairs loop)
+    for caption in captions:
+        for group in groups:
+            scorer += (caption, group)
+    cider = np.asarray(scorer.compute_score()[1]).reshape(60, 12)
+    report = json.loads(out.read_text())
+    assert report["relevance"]["cider_normalization"] == "ncs"
+    _assert_same_figures(report["all"], evaluate(sims, relevance=cider))
 
 
 def test_sbert_relevance_is_the_mean_cosine_to_the_images_captions(run, run_report, tiny_synthetic, tmp_path):

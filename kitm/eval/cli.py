@@ -22,7 +22,9 @@ Two ways in:
    rows of ``--sims``, in evaluation order).
 
 Relevance sources (``--relevance``): none, truth (synthetic data), cider, sbert, spice;
-:mod:`kitm.eval.relevance_sources` defines each. The report (:mod:`kitm.eval.report`) holds R^V,
+:mod:`kitm.eval.relevance_sources` defines each. ``--relevance=cider`` reproduces the NCS reference's
+CIDEr-D matrices (lower case, whitespace split); ``--cider_normalization=ptb`` applies pycocoevalcap's
+PTB normalisation instead. The report (:mod:`kitm.eval.report`) holds R^V,
 R, medr, meanr, mAP, and with relevance NCS, SR and CS@K, both directions, plus the COCO 1K
 five-fold means when the set has 5 * ``--fold_size`` images. It is written atomically to
 ``--out`` (default ``<run_dir>/eval_<split>_<relevance>.json``, or beside ``--sims``) and printed
@@ -41,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kitm.eval.matrix_io import load_matrix, save_matrix
-from kitm.eval.relevance_sources import RELEVANCE_SOURCES, RelevanceUnavailable
+from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
 from kitm.eval.report import build_report, flatten_figures, format_report, rsum, write_json_atomically
 
 PROG = "kitm.eval"
@@ -88,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "spice (default none).")
     relevance.add_argument("--relevance_matrix", help="Precomputed relevance [captions, images] (.npy, .json, "
                                                       ".csv), instead of --relevance.")
+    relevance.add_argument("--cider_normalization", default="ncs", choices=CIDER_NORMALIZATIONS,
+                           help="How --relevance=cider tokenizes captions: ncs (default; lower case, split on "
+                                "whitespace, as the NCS reference's custom_cider.py computes its matrices) or ptb "
+                                "(pycocoevalcap's PTB normalisation, punctuation dropped, as captioning evaluation).")
     relevance.add_argument("--sbert_model", help="Sentence-transformers model name or path for --relevance=sbert "
                                                  "(default: the bundled all-MiniLM-L6-v2).")
     metrics = parser.add_argument_group("metrics")
@@ -230,7 +236,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.relevance != "none":
         from kitm.eval.split_data import split_relevance
 
-        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress)
+        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
+                                    cider_normalization=args.cider_normalization)
         seconds["relevance"] = time.time() - started
 
     started = time.time()
@@ -244,7 +251,8 @@ def _run(args: argparse.Namespace) -> int:
         "kitm_version": kitm.__version__,
         "source": source,
         "relevance": {"source": relevance_name, "matrix": args.relevance_matrix,
-                      "sbert_model": args.sbert_model if args.relevance == "sbert" else None},
+                      "sbert_model": args.sbert_model if args.relevance == "sbert" else None,
+                      "cider_normalization": args.cider_normalization if args.relevance == "cider" else None},
         "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
         **report,
         "neighbourhood_preservation": neighbourhood,
