@@ -284,6 +284,28 @@ def test_sbert_relevance_is_the_mean_cosine_to_the_images_captions(run, run_repo
             assert reported[direction]["ncs"][k] == pytest.approx(expected[direction]["ncs"][k], rel=1e-5)
 
 
+def test_default_cutoffs_fit_a_split_of_fewer_than_ten_images(matrices, tmp_path, capsys):
+    from kitm.eval.report import recall_cutoffs
+
+    assert [recall_cutoffs(n) for n in (1, 4, 5, 9, 10, 1000)] == [(1,), (1,), (1, 5), (1, 5), (1, 5, 10), (1, 5, 10)]
+    _, sims, relevance = matrices
+    for images, ks in ((6, [1, 5]), (3, [1])):
+        np.save(tmp_path / "small.npy", sims[:images, :5 * images])
+        np.save(tmp_path / "small_relevance.npy", relevance[:5 * images, :images])
+        out = tmp_path / f"small{images}.json"
+        assert main([f"--sims={tmp_path / 'small.npy'}", f"--relevance_matrix={tmp_path / 'small_relevance.npy'}",
+                     f"--out={out}"]) == 0
+        report = json.loads(out.read_text())
+        assert report["ks"] == ks
+        assert sorted(_keys_to_int(report["all"])["t2i"]["recall"]) == ks
+        assert sorted(_keys_to_int(report["all"])["i2t"]["ncs"]) == ks
+    capsys.readouterr()
+    np.save(tmp_path / "small.npy", sims[:6, :30])
+    err = _error([f"--sims={tmp_path / 'small.npy'}", "--ks=1,5,10"], capsys)
+    assert "--ks=1,5,10 holds [10], larger than the 6 candidates a t2i (caption) query ranks" in err
+    assert "give --ks values <= 6, or leave --ks out" in err
+
+
 # ---- bad input ------------------------------------------------------------------------------------------------
 
 def _error(argv, capsys):

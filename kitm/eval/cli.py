@@ -44,7 +44,8 @@ import numpy as np
 
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
-from kitm.eval.report import build_report, flatten_figures, format_report, rsum, write_json_atomically
+from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, \
+    write_json_atomically
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     relevance.add_argument("--sbert_model", help="Sentence-transformers model name or path for --relevance=sbert "
                                                  "(default: the bundled all-MiniLM-L6-v2).")
     metrics = parser.add_argument_group("metrics")
-    metrics.add_argument("--ks", default="1,5,10", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10).")
+    metrics.add_argument("--ks", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10, leaving "
+                                      "out those larger than the number of images scored).")
     metrics.add_argument("--cs_ks", help="CS cut-offs (default: N/10 and N for N images, the ladder paper's "
                                          "CS@100/1000 on 1K and CS@500/5000 on 5K).")
     metrics.add_argument("--include_gt", action="store_true",
@@ -156,6 +158,23 @@ def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
     return sims.with_name(f"{sims.stem}.eval_{relevance_name}.json")
 
 
+def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fold_size: int) -> tuple[int, ...]:
+    """--ks checked against the images a caption query ranks (a fold's, when the 1K protocol is reported), or by
+    default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's validation does)."""
+    folds = num_images == 5 * fold_size
+    limit = fold_size if folds else num_images
+    if ks is None:
+        return recall_cutoffs(limit)
+    # K beyond the captions an image query ranks is left to the metrics' own check (its message is kept).
+    too_big = [k for k in ks if limit < k <= num_captions // (5 if folds else 1)]
+    if too_big:
+        where = f"each of the 5 folds of --fold_size={fold_size}" if folds else "the set scored"
+        raise CliError(f"--ks={','.join(map(str, ks))} holds {too_big}, larger than the {limit} candidates a t2i "
+                       f"(caption) query ranks in {where} ({limit} images): give --ks values <= {limit}, or leave "
+                       f"--ks out for R@1, 5, 10 up to {limit}.")
+    return ks
+
+
 def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
     """Seed 004's Table 3 measure for captions and images. An image's place in the text-only space is the
     normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
@@ -176,7 +195,7 @@ def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
 
 def _run(args: argparse.Namespace) -> int:
     _check_arguments(args)
-    ks = _int_list(args.ks, "--ks")
+    ks = _int_list(args.ks, "--ks") if args.ks is not None else None
     cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
     seconds: dict[str, float] = {}
     source: dict[str, object] = {"split": None}
@@ -224,6 +243,7 @@ def _run(args: argparse.Namespace) -> int:
                            f"{cpi} captions per image.")
     else:
         cpi = args.captions_per_image or 5
+    ks = _cutoffs(ks, *sims.shape, args.fold_size)  # before the relevance, which may take minutes
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 
