@@ -39,7 +39,7 @@ CHECKOUT_LINKS = ("launch",)
 # Outputs of a prerequisite linked into each block's folder.
 PREREQUISITE_OUTPUTS = ("runs", "tfrecords")
 
-_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _MARKER = re.compile(r"<!--\s*snippet:\s*(.*?)\s*-->")
 _DIRECTIVE = re.compile(r"(skip|needs)\s+(?:(?P<state>[^(]*?)\s*)?\((?P<detail>.+)\)\s*$")
 

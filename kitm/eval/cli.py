@@ -44,8 +44,7 @@ import numpy as np
 
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
-from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, \
-    write_json_atomically
+from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, write_json_atomically
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2

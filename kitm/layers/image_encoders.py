@@ -101,7 +101,7 @@ def _resnet_backbone(depth: int, image_size: int, weights: str | None) -> keras.
     builder = keras.applications.ResNet50 if depth == 50 else keras.applications.ResNet152
     try:
         return builder(include_top=False, weights=weights, pooling="avg", input_shape=(image_size, image_size, 3))
-    except Exception as error:  # noqa: BLE001 (Keras raises a bare Exception for a failed URL fetch)
+    except Exception as error:  # Keras raises a bare Exception for a failed URL fetch
         cached = imagenet_weights_path(depth)
         if weights != "imagenet" or os.path.exists(cached):
             raise  # not a missing download: a bad weights file, a corrupt cache, ...
