@@ -220,7 +220,7 @@ def test_sims_scored_against_a_split_with_cider_relevance(run, run_report, tiny_
     _, sims = run_report
     out = tmp_path / "cider.json"
     assert main([f"--sims={run_dir / 'sims.npy'}", f"--data_dir={tiny_synthetic}", "--split=test",
-                 "--relevance=cider", f"--out={out}"]) == 0
+                 "--relevance=cider", "--cider_normalization=ptb", f"--out={out}"]) == 0
     captions = [_ptb_like(c) for c in read_split(tiny_synthetic, "test", with_images=False).captions]
     groups = [captions[5 * i:5 * i + 5] for i in range(12)]
     # pycocoevalcap's scorer on every (caption, image) pair; repeating each group once per caption scales D and
@@ -232,6 +232,32 @@ def test_sims_scored_against_a_split_with_cider_relevance(run, run_report, tiny_
     _, scores = scorer.compute_score()
     cider = np.asarray(scores).reshape(60, 12)
     _assert_same_figures(json.loads(out.read_text())["all"], evaluate(sims, relevance=cider))
+
+
+def test_cider_relevance_defaults_to_the_ncs_references_caption_handling(run, run_report, tiny_synthetic,
+                                                                          tmp_path):
+    """Without --cider_normalization the captions are only lower-cased and split on whitespace, as the NCS
+    reference's custom_cider.py does; the synthetic captions' "." and "," then stay glued to their words."""
+    from pycocoevalcap.cider.cider_scorer import CiderScorer
+
+    from kitm.eval.split_data import read_split
+
+    run_dir, _, _ = run
+    _, sims = run_report
+    out = tmp_path / "cider_ncs.json"
+    assert main([f"--sims={run_dir / 'sims.npy'}", f"--data_dir={tiny_synthetic}", "--split=test",
+                 "--relevance=cider", f"--out={out}"]) == 0
+    captions = [c.lower() for c in read_split(tiny_synthetic, "test", with_images=False).captions]
+    assert any(re.search(r"\w[.,]", c) for c in captions)  # the two handlings differ on these captions
+    groups = [captions[5 * i:5 * i + 5] for i in range(12)]
+    scorer = CiderScorer(n=4, sigma=6.0)  # the reference's scorer is this one (plus an all-pairs loop)
+    for caption in captions:
+        for group in groups:
+            scorer += (caption, group)
+    cider = np.asarray(scorer.compute_score()[1]).reshape(60, 12)
+    report = json.loads(out.read_text())
+    assert report["relevance"]["cider_normalization"] == "ncs"
+    _assert_same_figures(report["all"], evaluate(sims, relevance=cider))
 
 
 def test_sbert_relevance_is_the_mean_cosine_to_the_images_captions(run, run_report, tiny_synthetic, tmp_path):
@@ -256,6 +282,28 @@ def test_sbert_relevance_is_the_mean_cosine_to_the_images_captions(run, run_repo
     for direction in ("i2t", "t2i"):
         for k in (1, 2, 3):
             assert reported[direction]["ncs"][k] == pytest.approx(expected[direction]["ncs"][k], rel=1e-5)
+
+
+def test_default_cutoffs_fit_a_split_of_fewer_than_ten_images(matrices, tmp_path, capsys):
+    from kitm.eval.report import recall_cutoffs
+
+    assert [recall_cutoffs(n) for n in (1, 4, 5, 9, 10, 1000)] == [(1,), (1,), (1, 5), (1, 5), (1, 5, 10), (1, 5, 10)]
+    _, sims, relevance = matrices
+    for images, ks in ((6, [1, 5]), (3, [1])):
+        np.save(tmp_path / "small.npy", sims[:images, :5 * images])
+        np.save(tmp_path / "small_relevance.npy", relevance[:5 * images, :images])
+        out = tmp_path / f"small{images}.json"
+        assert main([f"--sims={tmp_path / 'small.npy'}", f"--relevance_matrix={tmp_path / 'small_relevance.npy'}",
+                     f"--out={out}"]) == 0
+        report = json.loads(out.read_text())
+        assert report["ks"] == ks
+        assert sorted(_keys_to_int(report["all"])["t2i"]["recall"]) == ks
+        assert sorted(_keys_to_int(report["all"])["i2t"]["ncs"]) == ks
+    capsys.readouterr()
+    np.save(tmp_path / "small.npy", sims[:6, :30])
+    err = _error([f"--sims={tmp_path / 'small.npy'}", "--ks=1,5,10"], capsys)
+    assert "--ks=1,5,10 holds [10], larger than the 6 candidates a t2i (caption) query ranks" in err
+    assert "give --ks values <= 6, or leave --ks out" in err
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ Two ways in:
    rows of ``--sims``, in evaluation order).
 
 Relevance sources (``--relevance``): none, truth (synthetic data), cider, sbert, spice;
-:mod:`kitm.eval.relevance_sources` defines each. The report (:mod:`kitm.eval.report`) holds R^V,
+:mod:`kitm.eval.relevance_sources` defines each. ``--relevance=cider`` reproduces the NCS reference's
+CIDEr-D matrices (lower case, whitespace split); ``--cider_normalization=ptb`` applies pycocoevalcap's
+PTB normalisation instead. The report (:mod:`kitm.eval.report`) holds R^V,
 R, medr, meanr, mAP, and with relevance NCS, SR and CS@K, both directions, plus the COCO 1K
 five-fold means when the set has 5 * ``--fold_size`` images. It is written atomically to
 ``--out`` (default ``<run_dir>/eval_<split>_<relevance>.json``, or beside ``--sims``) and printed
@@ -41,8 +43,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from kitm.eval.matrix_io import load_matrix, save_matrix
-from kitm.eval.relevance_sources import RELEVANCE_SOURCES, RelevanceUnavailable
-from kitm.eval.report import build_report, flatten_figures, format_report, rsum, write_json_atomically
+from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
+from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, write_json_atomically
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
@@ -88,10 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 "spice (default none).")
     relevance.add_argument("--relevance_matrix", help="Precomputed relevance [captions, images] (.npy, .json, "
                                                       ".csv), instead of --relevance.")
+    relevance.add_argument("--cider_normalization", default="ncs", choices=CIDER_NORMALIZATIONS,
+                           help="How --relevance=cider tokenizes captions: ncs (default; lower case, split on "
+                                "whitespace, as the NCS reference's custom_cider.py computes its matrices) or ptb "
+                                "(pycocoevalcap's PTB normalisation, punctuation dropped, as captioning evaluation).")
     relevance.add_argument("--sbert_model", help="Sentence-transformers model name or path for --relevance=sbert "
                                                  "(default: the bundled all-MiniLM-L6-v2).")
     metrics = parser.add_argument_group("metrics")
-    metrics.add_argument("--ks", default="1,5,10", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10).")
+    metrics.add_argument("--ks", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10, leaving "
+                                      "out those larger than the number of images scored).")
     metrics.add_argument("--cs_ks", help="CS cut-offs (default: N/10 and N for N images, the ladder paper's "
                                          "CS@100/1000 on 1K and CS@500/5000 on 5K).")
     metrics.add_argument("--include_gt", action="store_true",
@@ -150,6 +157,23 @@ def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
     return sims.with_name(f"{sims.stem}.eval_{relevance_name}.json")
 
 
+def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fold_size: int) -> tuple[int, ...]:
+    """--ks checked against the images a caption query ranks (a fold's, when the 1K protocol is reported), or by
+    default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's validation does)."""
+    folds = num_images == 5 * fold_size
+    limit = fold_size if folds else num_images
+    if ks is None:
+        return recall_cutoffs(limit)
+    # K beyond the captions an image query ranks is left to the metrics' own check (its message is kept).
+    too_big = [k for k in ks if limit < k <= num_captions // (5 if folds else 1)]
+    if too_big:
+        where = f"each of the 5 folds of --fold_size={fold_size}" if folds else "the set scored"
+        raise CliError(f"--ks={','.join(map(str, ks))} holds {too_big}, larger than the {limit} candidates a t2i "
+                       f"(caption) query ranks in {where} ({limit} images): give --ks values <= {limit}, or leave "
+                       f"--ks out for R@1, 5, 10 up to {limit}.")
+    return ks
+
+
 def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
     """Seed 004's Table 3 measure for captions and images. An image's place in the text-only space is the
     normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
@@ -170,7 +194,7 @@ def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
 
 def _run(args: argparse.Namespace) -> int:
     _check_arguments(args)
-    ks = _int_list(args.ks, "--ks")
+    ks = _int_list(args.ks, "--ks") if args.ks is not None else None
     cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
     seconds: dict[str, float] = {}
     source: dict[str, object] = {"split": None}
@@ -218,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
                            f"{cpi} captions per image.")
     else:
         cpi = args.captions_per_image or 5
+    ks = _cutoffs(ks, *sims.shape, args.fold_size)  # before the relevance, which may take minutes
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 
@@ -230,7 +255,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.relevance != "none":
         from kitm.eval.split_data import split_relevance
 
-        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress)
+        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
+                                    cider_normalization=args.cider_normalization)
         seconds["relevance"] = time.time() - started
 
     started = time.time()
@@ -244,7 +270,8 @@ def _run(args: argparse.Namespace) -> int:
         "kitm_version": kitm.__version__,
         "source": source,
         "relevance": {"source": relevance_name, "matrix": args.relevance_matrix,
-                      "sbert_model": args.sbert_model if args.relevance == "sbert" else None},
+                      "sbert_model": args.sbert_model if args.relevance == "sbert" else None,
+                      "cider_normalization": args.cider_normalization if args.relevance == "cider" else None},
         "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
         **report,
         "neighbourhood_preservation": neighbourhood,

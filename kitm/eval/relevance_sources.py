@@ -6,7 +6,22 @@ N[c, i] is the relevance of caption c to image i (the NCS reference's orientatio
 - ``cider``: CIDEr-D of caption c against all of image i's captions,
   ``kitm.relevance.cider_matrix(captions, groups)``, idf from the evaluated set (one document per
   image), as the NCS reference's ``custom_cider.py`` computes its matrices. Caption c is one of
-  its own image's references, as there.
+  its own image's references, as there. How captions become tokens (``cider_normalization``):
+
+  * ``"ncs"`` (default): the NCS reference's handling. ``custom_cider.py`` (furkanbiten/ncs_metric)
+    lower-cases every caption (``[c.lower() for c in cap['refs']]``) and its ``precook`` splits on
+    whitespace (``s.split()``); nothing else. Here: ``str.lower`` then
+    ``cider_matrix(..., normalize=False)``. ``"A dog."`` and ``"a dog"`` are then different token
+    strings (``dog.`` is not ``dog``), as in the published NCS matrices.
+  * ``"ptb"``: pycocoevalcap's PTB normalisation first (``cider_matrix``'s own default,
+    ``normalize=True``: lower case, punctuation split off and dropped; the clean-room Python tokenizer
+    of :mod:`kitm.relevance.text_normalization`), as captioning evaluation scores CIDEr-D.
+
+  On Flickr8K test (5,000 x 1,000) the two differ by up to 3.8x relative on single pairs; ``"ncs"``
+  equals the reference's matrix to 8e-16. Training is a separate choice and stays PTB-normalised:
+  the relevance rows the converters store (``kitm.relevance.rows``, ``cider_features``; SAM's
+  relevance) use ``cider_matrix``'s default, as the SAM reference scores with pycocoevalcap's
+  ``PTBTokenizer``.
 - ``sbert``: the ladder paper casts image-sentence relevance as sentence-sentence relevance
   (cosine of Sentence-BERT embeddings, METHODS.md "SBERT"). With cpi captions per image, kitm
   takes the mean over image i's captions: ``N[c, i] = mean_j cos(e_c, e_ij) = e_c . mean_j e_ij``
@@ -27,6 +42,8 @@ import numpy as np
 
 RELEVANCE_SOURCES = ("none", "truth", "cider", "sbert", "spice")
 CAPTION_SOURCES = ("cider", "sbert", "spice")
+# How CIDEr-D relevance tokenizes captions (module docstring): the NCS reference's way first.
+CIDER_NORMALIZATIONS = ("ncs", "ptb")
 
 # Captions per truth_relevance call: bounds its [images, captions] temporaries.
 _TRUTH_CHUNK = 4096
@@ -45,11 +62,27 @@ def caption_groups(captions: Sequence[str], captions_per_image: int) -> list[lis
     return [captions[start:start + captions_per_image] for start in range(0, len(captions), captions_per_image)]
 
 
-def cider_relevance(captions: Sequence[str], captions_per_image: int) -> np.ndarray:
-    """CIDEr-D of every caption against every image's captions: float64 [captions, images]."""
+def cider_relevance(captions: Sequence[str], captions_per_image: int, *,
+                    cider_normalization: str = "ncs") -> np.ndarray:
+    """CIDEr-D of every caption against every image's captions: float64 [captions, images].
+
+    Args:
+      captions: all captions, image-major.
+      captions_per_image: cpi.
+      cider_normalization: ``"ncs"`` (default; lower case + whitespace split, as the NCS reference's
+        ``custom_cider.py``) or ``"ptb"`` (pycocoevalcap's PTB normalisation); module docstring.
+    """
     from kitm.relevance import cider_matrix
 
-    return cider_matrix(list(captions), caption_groups(captions, captions_per_image))
+    if cider_normalization not in CIDER_NORMALIZATIONS:
+        raise ValueError(f"`cider_normalization` must be one of {CIDER_NORMALIZATIONS}; got {cider_normalization!r}.")
+    if cider_normalization == "ptb":
+        captions = list(captions)
+        return cider_matrix(captions, caption_groups(captions, captions_per_image))
+    # The reference lower-cases its captions before scoring; precook then splits on whitespace,
+    # which is what cider_matrix does with normalize=False.
+    lowered = [caption.lower() for caption in captions]
+    return cider_matrix(lowered, caption_groups(lowered, captions_per_image), normalize=False)
 
 
 def sbert_relevance(captions: Sequence[str], captions_per_image: int, model: object = None, *,
@@ -102,10 +135,14 @@ def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *
 
 
 def caption_relevance(source: str, captions: Sequence[str], captions_per_image: int, *,
-                      sbert_model: object = None, progress: bool = False) -> np.ndarray:
-    """N [captions, images] from the captions alone, for `source` in ("cider", "sbert", "spice")."""
+                      sbert_model: object = None, progress: bool = False,
+                      cider_normalization: str = "ncs") -> np.ndarray:
+    """N [captions, images] from the captions alone, for `source` in ("cider", "sbert", "spice").
+
+    `cider_normalization` ("ncs" or "ptb") is used by "cider" only; see :func:`cider_relevance`.
+    """
     if source == "cider":
-        return cider_relevance(captions, captions_per_image)
+        return cider_relevance(captions, captions_per_image, cider_normalization=cider_normalization)
     if source == "sbert":
         return sbert_relevance(captions, captions_per_image, sbert_model, progress=progress)
     if source == "spice":

@@ -42,6 +42,12 @@ N_WAY = (5, 20, 100)
 COCO_FOLDS = 5
 
 
+def recall_cutoffs(num_images: int, candidates: tuple[int, ...] = (1, 5, 10)) -> tuple[int, ...]:
+    """R@1, 5, 10 (the usual `candidates`) without the cut-offs beyond the `num_images` a caption query ranks,
+    at least (1,): a 3-image test split is scored at K = 1 only instead of failing."""
+    return tuple(k for k in candidates if k <= num_images) or (1,)
+
+
 def coherent_cutoffs(num_candidates: int) -> tuple[int, ...]:
     """CS cut-offs for a set of N images: (N // 10, N), each at least 2, distinct, ascending.
 

@@ -117,10 +117,7 @@ def recall_at_k(
     chunk_size: int | None = None,
 ) -> dict[int, float]:
     """R@K (information-retrieval recall, Eq. 1) in percent, keyed by K."""
-    view = _view(sims, captions_per_image, direction)
-    ks = _checks.cutoffs(ks)
-    _checks.cutoffs_within(ks, view.num_candidates, "ks", f"a {direction} query ranks")
-    return recall_from_ranks(_ground_truth_ranks(view, chunk_size).ranks, ks)
+    return _recall(recall_from_ranks, sims, ks, captions_per_image, direction, chunk_size)
 
 
 def recall_vse_at_k(
@@ -132,10 +129,15 @@ def recall_vse_at_k(
     chunk_size: int | None = None,
 ) -> dict[int, float]:
     """R^V@K (VSE++ recall, Eq. 2) in percent, keyed by K."""
+    return _recall(recall_vse_from_ranks, sims, ks, captions_per_image, direction, chunk_size)
+
+
+def _recall(from_ranks, sims, ks, captions_per_image, direction, chunk_size) -> dict[int, float]:
+    """`from_ranks` (R or R^V) of the ground-truth ranks of `sims` seen in `direction`, after checking `ks`."""
     view = _view(sims, captions_per_image, direction)
     ks = _checks.cutoffs(ks)
     _checks.cutoffs_within(ks, view.num_candidates, "ks", f"a {direction} query ranks")
-    return recall_vse_from_ranks(_ground_truth_ranks(view, chunk_size).ranks, ks)
+    return from_ranks(_ground_truth_ranks(view, chunk_size).ranks, ks)
 
 
 def mean_average_precision(

@@ -6,8 +6,13 @@ Every encoder takes float32 images in [0, 1] (the input pipeline's output; [B, H
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import keras
 from keras import layers
+
+from kitm.errors import KitmConfigError, option
 
 IMAGE_ENCODERS = ("small_cnn", "resnet50", "resnet152", "features_mlp")
 
@@ -61,7 +66,8 @@ class ResNetEncoder(keras.layers.Layer):
     """keras.applications ResNet50 / ResNet152 with global average pooling (VSE++'s image encoder).
 
     `weights="imagenet"` loads the ImageNet weights (Keras downloads them once into ~/.keras/models, or
-    finds them there); `weights=None` starts from scratch (tests, offline machines); a path loads a file.
+    finds them there: :func:`imagenet_weights_path`; offline without them, a KitmConfigError names that file);
+    `weights=None` starts from scratch (tests, offline machines); a path loads a file.
     """
 
     def __init__(self, depth: int = 152, image_size: int = 224, weights: str | None = "imagenet",
@@ -71,9 +77,7 @@ class ResNetEncoder(keras.layers.Layer):
             raise ValueError(f"ResNet depth must be 50 or 152; got {depth}.")
         self.depth, self.image_size, self.weights_source = depth, int(image_size), weights
         self.trainable_backbone = bool(trainable_backbone)
-        builder = keras.applications.ResNet50 if depth == 50 else keras.applications.ResNet152
-        self.backbone = builder(include_top=False, weights=weights, pooling="avg",
-                                input_shape=(self.image_size, self.image_size, 3))
+        self.backbone = _resnet_backbone(depth, self.image_size, weights)
         self.backbone.trainable = self.trainable_backbone
 
     def build(self, input_shape):
@@ -89,6 +93,40 @@ class ResNetEncoder(keras.layers.Layer):
         config.update(depth=self.depth, image_size=self.image_size, weights=None,
                       trainable_backbone=self.trainable_backbone)
         return config
+
+
+def _resnet_backbone(depth: int, image_size: int, weights: str | None) -> keras.Model:
+    """keras.applications' ResNet{depth} without its top, average-pooled; a failed ImageNet download (no network)
+    becomes one KitmConfigError naming the cache file to provide instead of Keras' long traceback."""
+    builder = keras.applications.ResNet50 if depth == 50 else keras.applications.ResNet152
+    try:
+        return builder(include_top=False, weights=weights, pooling="avg", input_shape=(image_size, image_size, 3))
+    except Exception as error:  # Keras raises a bare Exception for a failed URL fetch
+        cached = imagenet_weights_path(depth)
+        if weights != "imagenet" or os.path.exists(cached):
+            raise  # not a missing download: a bad weights file, a corrupt cache, ...
+        cause = " ".join(str(error).split()) or type(error).__name__
+        raise KitmConfigError(
+            f"{option('weights')}=imagenet: the ImageNet weights of ResNet{depth} are not in Keras' cache and could "
+            f"not be downloaded ({cause}). Keras looks for the file {cached} (KERAS_HOME moves that folder): place "
+            f"it there, or pass a weights file ({option('weights')}=/path/to/weights.h5), or train from scratch "
+            f"with {option('weights')}=none.") from None
+
+
+def imagenet_weights_path(depth: int) -> str:
+    """The file keras.applications.ResNet{depth}(include_top=False, weights="imagenet") loads: keras.utils.get_file's
+    cache, `<KERAS_HOME or ~/.keras>/models/resnet{depth}_weights_tf_dim_ordering_tf_kernels_notop.h5`, or under
+    /tmp/.keras when that folder is not writable (get_file's own fallback)."""
+    try:  # the folder Keras read from KERAS_HOME when it was imported
+        from keras.src.backend.config import keras_home
+
+        base = keras_home()
+    except ImportError:  # a Keras without that private accessor: its documented rule
+        base = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    base = os.path.expanduser(base)
+    if not os.access(base, os.W_OK):
+        base = os.path.join("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir(), ".keras")
+    return os.path.join(base, "models", f"resnet{depth}_weights_tf_dim_ordering_tf_kernels_notop.h5")
 
 
 @keras.saving.register_keras_serializable(package="kitm")
