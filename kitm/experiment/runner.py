@@ -149,11 +149,6 @@ def learning_rate_schedule(config: ExperimentConfig, steps_per_epoch: int):
                               f"{option('finetune_after_epochs')}={t.finetune_after_epochs}): {error}") from error
 
 
-def recall_cutoffs(num_images: int) -> tuple[int, ...]:
-    """R@1, 5, 10, leaving out cut-offs beyond the images a caption query ranks (tiny splits)."""
-    return tuple(k for k in (1, 5, 10) if k <= num_images) or (1,)
-
-
 def evaluation_relevance(config: ExperimentConfig, data_dir: pathlib.Path, split: str, info,
                          limit: int | None) -> dict:
     """RetrievalEvaluation's relevance argument for eval_relevance: a matrix (truth, for the first `limit` images
@@ -203,7 +198,7 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
     from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
     from kitm.eval import build_report, format_report
-    from kitm.eval.report import rsum
+    from kitm.eval.report import recall_cutoffs, rsum
     from kitm.layers import CaptionTokenizer, build_vocabulary
     from kitm.metrics import EmbeddingCollapse
     from kitm.models import DualEncoder
