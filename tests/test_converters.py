@@ -14,7 +14,7 @@ import tensorflow as tf
 from kitm.data import schema
 from kitm.data.build import main
 from kitm.data.coco_captions import build_coco_captions
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.flickr8k import build_flickr8k
 from kitm.data.karpathy import build_karpathy
 from kitm.data.precomputed import build_precomputed, open_feature_splits

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.karpathy import build_karpathy
 from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic_records import encode_png

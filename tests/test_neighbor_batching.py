@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.neighbor_batching import (draw_partners, mutual_mask, neighbor_positions, neighbor_table,
                                          plan_coverage)
 from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset

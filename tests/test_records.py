@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 from kitm.data import schema
-from kitm.data.errors import KitmDataError
+from kitm.errors import KitmDataError
 from kitm.data.records import (diagnose_shards, make_example, parse_record, read_records, shard_ranges,
                                write_shards)
 from kitm.data.synthetic_records import encode_png

@@ -13,7 +13,7 @@ cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by 
 * ``backbone`` (raw images): the global-average-pooled output of a frozen keras.applications ResNet (the model's
   own `kitm.layers.image_encoders.ResNetEncoder`; ResNet-50 by default, seed 004's image stream) on each image's
   evaluation view (centre crop of `crop_fraction` of the shorter side, resized to `image_size`, as
-  `kitm.data.pipeline.eval_image`). With ``weights="imagenet"`` this is the paper's space: Keras loads the
+  `kitm.ops.images.eval_image`). With ``weights="imagenet"`` this is the paper's space: Keras loads the
   ImageNet weights from ~/.keras/models, downloading them once when they are not there. ``weights=None`` gives a
   randomly initialised network: a path for tests and offline machines, not a meaningful space.
 * ``pixels`` (raw images, no weights needed): each whole image resized by box averaging (``method="area"``) to
@@ -214,7 +214,7 @@ class ImageFeatureExtractor:
     def _from_images(self, image_input, start: int, stop: int, bar) -> np.ndarray:
         import tensorflow as tf
 
-        from kitm.data.pipeline import decode_image, eval_image
+        from kitm.ops.images import decode_image, eval_image
 
         if isinstance(image_input, ImageFiles):
             images = tf.data.Dataset.from_tensor_slices([str(path) for path in image_input.paths[start:stop]])

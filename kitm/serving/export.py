@@ -27,7 +27,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from kitm.data.pipeline import decode_image, eval_image
+from kitm.ops.images import decode_image, eval_image
 from kitm.serving.versions import next_version
 
 # The first bytes of the formats tf.io.decode_image reads.
