@@ -31,6 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from kitm.errors import KitmDataError
+from kitm.files import write_text_atomically
 # The relevance slots' record keys are defined beside the code that fills them (kitm.relevance.slots) and named
 # here too, as part of the record schema, so a reader of records needs only this module.
 from kitm.relevance.slots import (CIDER_ENTRIES, CIDER_HYPOTHESIS_WEIGHTS, CIDER_KEYS, CIDER_LENGTHS,  # noqa: F401
@@ -70,14 +71,6 @@ class DatasetInfo:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write to `<path>.tmp` and rename, so a reader never sees half a file."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save_info(root: str | os.PathLike, info: DatasetInfo) -> None:

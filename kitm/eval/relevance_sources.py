@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kitm.errors import KitmError
+
 RELEVANCE_SOURCES = ("none", "truth", "cider", "sbert", "spice")
 CAPTION_SOURCES = ("cider", "sbert", "spice")
 
@@ -32,7 +34,7 @@ CAPTION_SOURCES = ("cider", "sbert", "spice")
 _TRUTH_CHUNK = 4096
 
 
-class RelevanceUnavailable(RuntimeError):
+class RelevanceUnavailable(KitmError, RuntimeError):
     """A relevance source cannot run here (a missing optional component); the message says why."""
 
 

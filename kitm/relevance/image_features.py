@@ -48,6 +48,7 @@ from typing import Union
 import numpy as np
 
 from kitm.errors import KitmDataError
+from kitm.files import write_bytes_atomically
 
 __all__ = ["IMAGE_NEIGHBOR_SPACES", "BACKBONES", "ImageFiles", "PixelArrays", "StoredFeatures", "ImageInput",
            "ImageNeighborOptions", "ImageFeatureExtractor", "split_image_features", "neighbor_space_embeddings"]
@@ -280,11 +281,9 @@ def _name_undecodable(image_input, start: int, stop: int) -> KitmDataError | Non
 
 
 def _save_atomically(path: pathlib.Path, array: np.ndarray) -> None:
-    buffer = io.BytesIO()
+    buffer = io.BytesIO()  # np.save would append ".npy" to a temporary file name
     np.save(buffer, array)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
+    write_bytes_atomically(path, buffer.getvalue())
 
 
 def _load_chunk(path: pathlib.Path, rows: int) -> np.ndarray | None:

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from kitm.errors import KitmDataError
+from kitm.errors import KitmDataError, option
+from kitm.files import write_bytes_atomically
 from kitm.relevance import slots
 from kitm.relevance.image_features import ImageInput, ImageNeighborOptions
 
@@ -63,14 +64,6 @@ class RelevanceRows:
         return cls({}, {})
 
 
-def _save_array_atomically(path: pathlib.Path, **arrays: np.ndarray) -> None:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
-
-
 def _cached(path: pathlib.Path, compute, expected_rows: int) -> dict[str, np.ndarray]:
     """Load arrays cached at `path` (a resumed build), or compute and cache them."""
     if path.is_file():
@@ -79,8 +72,9 @@ def _cached(path: pathlib.Path, compute, expected_rows: int) -> dict[str, np.nda
         if all(len(array) == expected_rows for array in arrays.values()):
             return arrays
     arrays = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _save_array_atomically(path, **arrays)
+    buffer = io.BytesIO()  # np.savez would append ".npz" to a temporary file name
+    np.savez(buffer, **arrays)
+    write_bytes_atomically(path, buffer.getvalue())
     return arrays
 
 
@@ -95,6 +89,23 @@ def _check_captions(captions: Mapping[str, Sequence[Sequence[str]]], caption_ids
             if len(group) != captions_per_image:
                 raise KitmDataError(f"Split '{split}', image {position}: {len(group)} captions, expected "
                                     f"{captions_per_image}.")
+
+
+def _refuse_single_image_splits(counts: Mapping[str, int], what: str, remedy: str) -> None:
+    """Neighbour rows list other images of the same split: a split of one image has none. `remedy` says which
+    setting to change (an `option` name, so the build command line shows it as its flag)."""
+    for split, count in counts.items():
+        if count < 2:
+            raise KitmDataError(f"Split '{split}' has {'one image' if count == 1 else f'{count} images'}: no {what} "
+                                f"of other images to store. {remedy}, or give every split at least two images.")
+
+
+def _drop_text_neighbors_remedy(sources: Sequence[str]) -> str:
+    rest = ",".join(source for source in sources if source != "neighbors") or "none"
+    return f"Drop 'neighbors' from {option('relevance')} ({option('relevance')}={rest})"
+
+
+_DROP_IMAGE_NEIGHBORS = f"Leave out the image-space neighbour rows ({option('image_neighbors')}=none)"
 
 
 def _split_rows(flat: np.ndarray, captions_per_image: int) -> list[np.ndarray]:
@@ -215,8 +226,7 @@ def compute_image_neighbor_rows(out: str | os.PathLike, images: Mapping[str, Ima
             raise KitmDataError(f"Image-space neighbour rows need the images of split '{split}'.")
         if len(images[split]) != len(ids):
             raise KitmDataError(f"Split '{split}': {len(images[split])} images but {len(ids)} records.")
-        if len(ids) < 2:
-            raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
+        _refuse_single_image_splits({split: len(ids)}, "image-space neighbours", _DROP_IMAGE_NEIGHBORS)
         ks[split] = min(neighbors_k, len(ids) - 1)
     k = min(ks.values())
     extractor = ImageFeatureExtractor(options)
@@ -264,6 +274,13 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
     if "neighbors" in sources and neighbors_k < 1:
         raise KitmDataError(f"neighbors_k must be at least 1; got {neighbors_k}.")
     _check_captions(captions, caption_ids, captions_per_image)
+    # Before any slow work: a split of one image cannot have neighbour rows.
+    if "neighbors" in sources:
+        _refuse_single_image_splits({split: len(groups) for split, groups in captions.items()}, "neighbours",
+                                    _drop_text_neighbors_remedy(sources))
+    if image_neighbors is not None and image_neighbors.enabled:
+        _refuse_single_image_splits({split: len(ids) for split, ids in caption_ids.items()},
+                                    "image-space neighbours", _DROP_IMAGE_NEIGHBORS)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = RelevanceRows.empty()
@@ -290,10 +307,7 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
         if "neighbors" in sources:
             ks = {}
             for split, values in embeddings.items():
-                others = len(values) - captions_per_image
-                if others < 1:
-                    raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
-                ks[split] = min(neighbors_k, others)
+                ks[split] = min(neighbors_k, len(values) - captions_per_image)  # >= 1: checked above
             k = min(ks.values())
             for split, values in embeddings.items():
                 found = _neighbor_rows(out, values, np.asarray(caption_ids[split]), k, split, progress)
