@@ -132,9 +132,9 @@ def _cider_rows(out: pathlib.Path, captions, captions_per_image: int, progress: 
         per_split[split] = {
             slots.CIDER_KEYS: [features.keys[a:b] for a, b in zip(image_starts, image_stops)],
             slots.CIDER_HYPOTHESIS_WEIGHTS: [features.hypothesis_weights[a:b]
-                                              for a, b in zip(image_starts, image_stops)],
-            slots.CIDER_REFERENCE_WEIGHTS: [features.reference_weights[a:b]
                                              for a, b in zip(image_starts, image_stops)],
+            slots.CIDER_REFERENCE_WEIGHTS: [features.reference_weights[a:b]
+                                            for a, b in zip(image_starts, image_stops)],
             slots.CIDER_ENTRIES: _split_rows(features.entries, captions_per_image),
             slots.CIDER_LENGTHS: _split_rows(features.lengths, captions_per_image),
         }
@@ -312,7 +312,7 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
             for split, values in embeddings.items():
                 found = _neighbor_rows(out, values, np.asarray(caption_ids[split]), k, split, progress)
                 rows.per_split[split][slots.NEIGHBOR_CAPTION_IDS] = _split_rows(found["caption_ids"],
-                                                                                 captions_per_image)
+                                                                                captions_per_image)
                 rows.per_split[split][slots.NEIGHBOR_SCORES] = _split_rows(found["scores"], captions_per_image)
             rows.meta["neighbors"] = {
                 "features": {slots.NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],

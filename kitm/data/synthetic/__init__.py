@@ -7,13 +7,15 @@ is the yardstick the other relevance sources (CIDEr-D, SBERT) and the losses are
 
 One job per module:
 
-- `kitm.relevance.scene_facts`: the fact format (vocabularies, field layouts, the relation rule), shared with
-- `kitm.relevance.truth`: the exact relevance of a caption to an image, from their facts;
 - `scenes`: sampling scenes (object placement, near-duplicate derivation) and their fact rows;
 - `rendering`: painting a scene's pixels;
 - `captions`: caption texts and the facts each states;
 - `world`: ``generate_world`` and ``SyntheticWorld``, the world as a dataset with splits;
 - `kitm.data.synthetic_records`: writing the world as kitm TFRecords (`python -m kitm.data.build synthetic`).
+
+The fact format (vocabularies, field layouts, the relation rule) is `kitm.relevance.scene_facts`, and the exact
+relevance computed from facts is `kitm.relevance.truth`: the world writes facts, relevance reads them, so they live
+in kitm.relevance, which imports nothing from kitm.data.
 """
 
 from kitm.data.synthetic.world import SyntheticWorld, generate_world

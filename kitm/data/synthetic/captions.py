@@ -1,7 +1,5 @@
 """Captions of synthetic scenes: text from templates and synonyms, with the facts row each text states.
 
-Captions
---------
 ``captions_per_image`` captions per scene from varied templates and synonyms ("circle" / "disc" / "round shape",
 "large" / "big", ...). A caption names one object (shape always; colour, size, column, row optional), or two
 objects, either joined by "and" (no relation) or with a relation ("a red circle to the left of a blue square",
