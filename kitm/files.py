@@ -7,6 +7,7 @@ on POSIX within one filesystem), so a destination is absent, the old version, or
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -15,34 +16,57 @@ import shutil
 from collections.abc import Iterator, Mapping
 
 
-def temporary_sibling(path: str | os.PathLike, keep_suffix: str = "") -> pathlib.Path:
+def temporary_sibling(path: str | os.PathLike, keep_suffix: str = "", *, unique: bool = False) -> pathlib.Path:
     """The temporary name beside `path`: `<name>.tmp`, or `<stem>.partial<keep_suffix>` for writers that insist on
-    a suffix (Keras' `save_weights` wants `.weights.h5`, `np.save` appends `.npy`)."""
+    a suffix (Keras' `save_weights` wants `.weights.h5`, `np.save` appends `.npy`). unique: the process id goes
+    before `.tmp` / `.partial`, so processes racing for one `path` write to different temporaries."""
     path = pathlib.Path(path)
+    tag = f".{os.getpid()}" if unique else ""
     if keep_suffix:
         if not path.name.endswith(keep_suffix):
             raise ValueError(f"{path} does not end in {keep_suffix}.")
-        return path.with_name(path.name[: -len(keep_suffix)] + ".partial" + keep_suffix)
-    return path.with_name(path.name + ".tmp")
+        return path.with_name(path.name[: -len(keep_suffix)] + tag + ".partial" + keep_suffix)
+    return path.with_name(path.name + tag + ".tmp")
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, keep_suffix: str = "") -> Iterator[pathlib.Path]:
+def atomic_path(path: str | os.PathLike, keep_suffix: str = "", *,
+                overwrite: bool = True) -> Iterator[pathlib.Path]:
     """Yield a temporary path beside `path` to write (a file or a folder); on success rename it onto `path`.
 
     An existing folder at `path` is replaced; on an exception the temporary is removed and `path` is untouched.
+    overwrite=False never replaces what is at `path` (a file or a non-empty folder), even one that appears while
+    the temporary is written: the rename then fails with FileExistsError. Its temporary carries the process id
+    (`temporary_sibling(unique=True)`), so writers racing for one `path` never share or delete each other's.
     """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_sibling(path, keep_suffix)
+    tmp = temporary_sibling(path, keep_suffix, unique=not overwrite)
     _remove(tmp)
     try:
         yield tmp
-        if tmp.is_dir() and path.is_dir():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if not overwrite:
+            _rename_without_replacing(tmp, path)
+        else:
+            if tmp.is_dir() and path.is_dir():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
+        raise
+
+
+def _rename_without_replacing(tmp: pathlib.Path, path: pathlib.Path) -> None:
+    """Rename `tmp` onto `path` unless `path` holds something; FileExistsError when it does."""
+    try:
+        if tmp.is_dir():
+            os.rename(tmp, path)  # POSIX refuses a non-empty folder or a file at `path` (an empty folder holds nothing)
+        else:
+            os.link(tmp, path)  # refuses an existing `path`, where os.rename would silently replace it
+            tmp.unlink()
+    except OSError as error:
+        if isinstance(error, FileExistsError) or path.exists():
+            raise FileExistsError(errno.EEXIST, f"{path} exists; it was left as it was", str(path)) from error
         raise
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from kitm.data import schema
-from kitm.data.batch_relevance import batch_cider
+from kitm.relevance.batch import batch_cider
 from kitm.errors import KitmDataError
 from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
 from kitm.data.records import parse_record, read_records

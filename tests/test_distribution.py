@@ -16,6 +16,8 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 from kitm.data import synthetic
+from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
+from kitm.relevance.truth import truth_relevance
 from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
 from kitm.layers import CaptionTokenizer, build_vocabulary
 from kitm.training import distribution
@@ -41,8 +43,8 @@ def _build(root, tokenizer):
 
 
 def _truth(world, y):
-    facts = world.caption_facts.reshape(-1, synthetic.CAPTION_FACT_WIDTH)[y["caption_index"].numpy()]
-    return synthetic.truth_relevance(world.scene_facts[y["image_index"].numpy()], facts, image_size=32)
+    facts = world.caption_facts.reshape(-1, CAPTION_FACT_WIDTH)[y["caption_index"].numpy()]
+    return truth_relevance(world.scene_facts[y["image_index"].numpy()], facts, image_size=32)
 
 
 def test_two_worker_pipelines_split_the_records_and_each_replica_gets_its_own_relevance(tiny_synthetic, tokenizer):

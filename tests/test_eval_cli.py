@@ -156,6 +156,8 @@ def run_report(run):
 
 def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, run_report, tiny_synthetic):
     from kitm.data import synthetic
+    from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
+    from kitm.relevance.truth import truth_relevance
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset
     from kitm.models.inference import embed_dataset
 
@@ -168,8 +170,8 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     np.testing.assert_allclose(sims, images @ texts.T, atol=2e-5)
     # Truth relevance from the generator itself, for the images in evaluation order, [captions, images].
     world = synthetic.generate_world(120, seed=7, image_size=32)
-    caption_facts = world.caption_facts[image_index].reshape(-1, synthetic.CAPTION_FACT_WIDTH)
-    truth = synthetic.truth_relevance(world.scene_facts[image_index], caption_facts, image_size=32).T
+    caption_facts = world.caption_facts[image_index].reshape(-1, CAPTION_FACT_WIDTH)
+    truth = truth_relevance(world.scene_facts[image_index], caption_facts, image_size=32).T
     _assert_same_figures(report["all"], evaluate(sims, relevance=truth))
     assert report["source"]["split"] == "test" and report["relevance"]["source"] == "truth"
     assert report["source"]["data_dir"] == str(tiny_synthetic)

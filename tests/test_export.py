@@ -66,7 +66,7 @@ def test_served_embeddings_equal_the_keras_model_and_bad_inputs_are_named(prod_r
     from PIL import Image
 
     from kitm.data import synthetic
-    from kitm.data.pipeline import decode_image, eval_image
+    from kitm.ops.images import decode_image, eval_image
     from kitm.data.synthetic_records import encode_png
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, SmallConvEncoder
     from kitm.models import DualEncoder

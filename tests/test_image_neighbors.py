@@ -145,13 +145,15 @@ def test_pixel_features_are_box_averages_from_arrays_and_files_and_are_centred(t
 
 def test_synthetic_scenes_near_in_pixel_space_have_relevant_captions():
     from kitm.data import synthetic
+    from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
+    from kitm.relevance.truth import truth_relevance
     from kitm.relevance.neighbors import nearest_neighbors
 
     world = synthetic.generate_world(300, seed=2, image_size=32, progress=False)
     train = np.flatnonzero(world.splits == "train")
-    relevance = synthetic.truth_relevance(world.scene_facts[train],
-                                          world.caption_facts[train].reshape(-1, synthetic.CAPTION_FACT_WIDTH),
-                                          image_size=32).reshape(len(train), len(train), -1).mean(axis=2)
+    relevance = truth_relevance(world.scene_facts[train],
+                                world.caption_facts[train].reshape(-1, CAPTION_FACT_WIDTH),
+                                image_size=32).reshape(len(train), len(train), -1).mean(axis=2)
     options, images = ImageNeighborOptions("pixels"), PixelArrays(world.images[train])
     embeddings = neighbor_space_embeddings(ImageFeatureExtractor(options)(images, 0, len(train)), options, "train",
                                            images)

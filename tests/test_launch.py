@@ -73,7 +73,7 @@ def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path):
     import tensorflow as tf
 
     import kitm  # noqa: F401
-    from kitm.data.pipeline import decode_image
+    from kitm.ops.images import decode_image
     from kitm.layers import CaptionTokenizer, GRUTextEncoder, SmallConvEncoder
     from kitm.models import DualEncoder
 

@@ -74,7 +74,7 @@ def test_writing_is_atomic_and_resumes(tmp_path):
     with pytest.raises(RuntimeError):
         write_shards(tmp_path, "train", 10, 3, failing)
     finals = sorted(p.name for p in tmp_path.glob("*.tfrecord"))
-    assert finals == ["train-00000-of-00003.tfrecord"]  # the half-written shard stays under its .tmp name
+    assert finals == ["train-00000-of-00003.tfrecord"]  # the half-written shard is never renamed into place
     calls.clear()
     write_shards(tmp_path, "train", 10, 3, lambda r: (calls.append(r.start), *(_example(i) for i in r))[1:])
     assert calls == [3, 7]  # the finished shard was not redone

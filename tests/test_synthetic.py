@@ -14,7 +14,9 @@ import pytest
 
 import kitm  # noqa: F401  (selects the TensorFlow backend before anything imports keras)
 from kitm.data import synthetic as syn
-from kitm.data.synthetic import (
+from kitm.data.synthetic import generate_world
+from kitm.data.synthetic.rendering import COLOUR_RGB
+from kitm.relevance.scene_facts import (
     CAPTION_FACT_WIDTH,
     COLOURS,
     COLUMNS,
@@ -23,10 +25,8 @@ from kitm.data.synthetic import (
     ROWS,
     SHAPES,
     SIZES,
-    generate_world,
-    truth_relevance,
-    truth_relevance_tf,
 )
+from kitm.relevance.truth import truth_relevance, truth_relevance_tf
 
 ABSENT = [-1] * 7
 
@@ -440,7 +440,7 @@ def test_rendered_pixels_show_each_object_colour_at_its_centre(world):
     scene_index, _ = np.nonzero(present)
     objects = world.scene_facts[present]
     centre_pixels = world.images[scene_index, objects[:, 6], objects[:, 5]].astype(np.float64)
-    distances = np.linalg.norm(centre_pixels[:, None, :] - syn.COLOUR_RGB[None].astype(np.float64), axis=-1)
+    distances = np.linalg.norm(centre_pixels[:, None, :] - COLOUR_RGB[None].astype(np.float64), axis=-1)
     np.testing.assert_array_equal(distances.argmin(axis=1), objects[:, 1])
     # And the background stays dim: image corners far from any object are dark.
     assert np.median(world.images[:, 0, 0].max(axis=-1)) < 70

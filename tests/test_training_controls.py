@@ -160,7 +160,7 @@ def test_jit_compiled_training_matches_the_plain_step():
 
 
 def test_eval_crops_are_windows_of_the_evaluation_size_at_random_places():
-    from kitm.data.pipeline import eval_crops, eval_image
+    from kitm.ops.images import eval_crops, eval_image
 
     image = tf.reshape(tf.range(20 * 24 * 3, dtype=tf.float32) / (20 * 24 * 3), [20, 24, 3])
     crops = eval_crops(image, 10, 0.5, 6, tf.constant([1, 2], tf.int64)).numpy()  # side 10, resized to 10
@@ -177,7 +177,8 @@ def test_eval_crops_are_windows_of_the_evaluation_size_at_random_places():
 
 
 def test_test_crop_embeddings_are_the_normalised_mean_and_one_crop_is_todays(tiny_synthetic):
-    from kitm.data.pipeline import PipelineConfig, decode_image, eval_image, evaluation_dataset, training_captions
+    from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions
+    from kitm.ops.images import decode_image, eval_image
     from kitm.eval.split_data import read_split
     from kitm.layers import CaptionTokenizer, SmallConvEncoder, build_vocabulary
     from kitm.models.inference import embed_dataset, encode_images

@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 
-from kitm.errors import KitmDataError
+from kitm.errors import KitmDataError, KitmError
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed")
@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = run(args)
     except (KitmDataError, OSError) as error:  # OSError: e.g. a --sentence_model that is not available offline
-        print(f"kitm.data.build: error: {error}", file=sys.stderr)
+        message = error.for_flags() if isinstance(error, KitmError) else str(error)  # options as this CLI's flags
+        print(f"kitm.data.build: error: {message}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{split}: {entry['num_images']} images" for split, entry in info.splits.items())
     slots = ", ".join(sorted(info.relevance)) or "none"

@@ -31,8 +31,9 @@ from PIL import Image, UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from kitm.data import schema
-from kitm.errors import KitmDataError
 from kitm.data.records import make_example, write_shards
+from kitm.errors import KitmDataError
+from kitm.files import write_text_atomically
 from kitm.relevance.image_features import ImageFiles, ImageInput, ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES, compute_relevance_rows
 
@@ -266,7 +267,7 @@ def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
         raise KitmDataError(f"{out} already holds a dataset or shards but no {BUILD_PARAMETERS_FILE} (a build "
                             "by an older kitm); use a fresh --out, or delete the folder.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    schema.write_text_atomically(path, json.dumps(wanted, indent=2, sort_keys=True))
+    write_text_atomically(path, json.dumps(wanted, indent=2, sort_keys=True))
 
 
 def write_dataset(out: str | os.PathLike, entries: Sequence[Entry], *, name: str, parameters: Mapping[str, Any],

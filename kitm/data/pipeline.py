@@ -23,7 +23,8 @@ Augmentation uses TF Model Garden's vision ops (`official.vision.ops.preprocess_
 covering 80-100% of the area, resized back, and an optional horizontal flip (off for the synthetic
 world, whose captions say "left" and "right"). Evaluation crops the centre deterministically, or, with
 `test_crops=N > 1`, takes N crops of the same size at random positions (`eval_crops`; the model averages
-their embeddings, `kitm.models.inference`).
+their embeddings, `kitm.models.inference`). Decoding and the evaluation views live in `kitm.ops.images`, shared
+with the serving signatures, so a served model sees exactly the images evaluation saw.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ import functools
 import os
 
 import tensorflow as tf
-from official.vision.ops import preprocess_ops
 
 from kitm.data import schema
-from kitm.data.batch_relevance import batch_cider, batch_sentence_relevance
-from kitm.errors import KitmDataError
 from kitm.data.records import parse_record, read_records
-from kitm.data.synthetic import truth_relevance_tf
+from kitm.errors import KitmDataError
+from kitm.ops.images import decode_image, eval_crops, eval_image
+from kitm.relevance.batch import batch_cider, batch_sentence_relevance
+from kitm.relevance.truth import truth_relevance_tf
 
 CAPTION_MODES = ("sample", "all")
 # none; truth (the synthetic world's exact relevance); cider (CIDEr-D with the training idf); sbert (cosine of
@@ -114,12 +115,6 @@ class PipelineConfig:
             raise ValueError(f"test_crops must be a positive integer; got {self.test_crops!r}.")
 
 
-def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """PNG/JPEG bytes -> float32 [H, W, 3] in [0, 1]."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return tf.image.convert_image_dtype(image, tf.float32)
-
-
 def train_image(image: tf.Tensor, config: PipelineConfig, seed: tf.Tensor) -> tf.Tensor:
     """Random crop (area in `crop_area`, aspect 3/4..4/3), resize, optional horizontal flip.
 
@@ -139,14 +134,6 @@ def train_image(image: tf.Tensor, config: PipelineConfig, seed: tf.Tensor) -> tf
     return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [config.image_size, config.image_size, 3])
 
 
-def eval_image(image: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Tensor:
-    """Deterministic centre crop (fraction of the shorter side) and resize."""
-    if crop_fraction < 1.0:
-        image = preprocess_ops.center_crop_image(image, center_crop_fraction=crop_fraction)
-    image = tf.image.resize(image, [image_size, image_size], antialias=True)
-    return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [image_size, image_size, 3])
-
-
 def check_image_input(info: schema.DatasetInfo) -> None:
     """Refuse a captions-only dataset (image_mode "none"), before tf.data traces anything (autograph would turn
     the error into a StagingError)."""
@@ -154,27 +141,6 @@ def check_image_input(info: schema.DatasetInfo) -> None:
         raise KitmDataError(f"Dataset '{info.name}' is captions-only (image_mode 'none': its records hold no images); "
                             "it serves relevance and caption work, not image input. Rebuild it with images "
                             "(python -m kitm.data.build ... --images=<folder>).")
-def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crops: int, seed) -> tf.Tensor:
-    """`num_crops` square crops of side crop_fraction x the shorter side at uniformly random positions, resized:
-    float32 [num_crops, image_size, image_size, 3].
-
-    The test-time crops of seed 003 (Sec. 4.1, after Huang et al.: 20 random crops, embeddings averaged) at
-    the evaluation crop's size, so the crops differ from the centre crop only in position. `seed` (int
-    [2]) makes them stateless: an image gets the same crops at every evaluation. Vectorised: one gather per
-    axis cuts all crops, one resize scales them.
-    """
-    shape = tf.shape(image)
-    side = tf.cast(crop_fraction * tf.cast(tf.minimum(shape[0], shape[1]), tf.float32), tf.int32)
-    upper = tf.stack([shape[0] - side, shape[1] - side]) + 1  # offsets 0 .. H - side (and W - side)
-    offsets = tf.random.stateless_uniform([num_crops, 2], seed=seed, minval=0, maxval=2 ** 30, dtype=tf.int32)
-    offsets = offsets % upper[None, :]
-    span = tf.range(side)
-    rows = offsets[:, 0:1] + span[None, :]  # [N, side]
-    cols = offsets[:, 1:2] + span[None, :]
-    crops = tf.gather(image, rows)  # [N, side, W, 3]
-    crops = tf.gather(crops, cols, axis=2, batch_dims=1)  # [N, side, side, 3]
-    crops = tf.image.resize(crops, [image_size, image_size], antialias=True)
-    return tf.ensure_shape(tf.clip_by_value(crops, 0.0, 1.0), [num_crops, image_size, image_size, 3])
 
 
 def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:

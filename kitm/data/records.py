@@ -14,8 +14,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from kitm.errors import KitmDataError
 from kitm.data.schema import SCHEMA_VERSION
+from kitm.errors import KitmDataError
+from kitm.files import atomic_path
 
 
 def _bytes(values: Iterable[bytes]) -> tf.train.Feature:
@@ -93,7 +94,8 @@ def write_shards(
     """Write `num_items` records for `split` into `num_shards` shards under `root`.
 
     `make_records(index_range)` yields the serialised records of those items. A shard whose final file
-    exists is kept (a killed build resumes); a shard is written to `<name>.tmp` and renamed when whole.
+    exists is kept (a killed build resumes); a shard is written to `<name>.tmp` and renamed when whole
+    (`kitm.files.atomic_path`; an exception removes the partial file, a killed process leaves it to be replaced).
     Returns the shard file names and their sizes in bytes. `progress(n)` is told of every n items done.
     """
     root = pathlib.Path(root)
@@ -104,11 +106,9 @@ def write_shards(
         name = shard_name(split, index, num_shards)
         final = root / name
         if not final.is_file():
-            tmp = final.with_name(name + ".tmp")
-            with tf.io.TFRecordWriter(str(tmp)) as writer:
+            with atomic_path(final) as tmp, tf.io.TFRecordWriter(str(tmp)) as writer:
                 for record in make_records(items):
                     writer.write(record)
-            os.replace(tmp, final)
         if progress is not None:
             progress(len(items))
         names.append(name)

@@ -14,7 +14,7 @@ Version 1 features of every record:
 | image/regions_shape     | int64 [0|2]   | (R, F) of image/regions                                      |
 | captions                | bytes [C]     | the image's captions, UTF-8                                  |
 | caption/ids             | int64 [C]     | a dataset-wide id per caption (image/id * C + k for aligned) |
-| relevance/<slot>/...    | any           | named relevance slots (tfrecords/README.md, the constants below) |
+| relevance/<slot>/...    | any           | named relevance slots (tfrecords/README.md, kitm.relevance.slots) |
 
 A dataset is a folder of shards plus `dataset.json` (`DatasetInfo`), written last, so a folder without it is
 an unfinished build.
@@ -31,33 +31,19 @@ from typing import Any
 import tensorflow as tf
 
 from kitm.errors import KitmDataError
+from kitm.files import write_text_atomically
+# The relevance slots' record keys are defined beside the code that fills them (kitm.relevance.slots) and named
+# here too, as part of the record schema, so a reader of records needs only this module.
+from kitm.relevance.slots import (CIDER_ENTRIES, CIDER_HYPOTHESIS_WEIGHTS, CIDER_KEYS, CIDER_LENGTHS,  # noqa: F401
+                                  CIDER_REFERENCE_WEIGHTS, IMAGE_NEIGHBOR_CAPTION_IDS, IMAGE_NEIGHBOR_SCORES,
+                                  NEIGHBOR_CAPTION_IDS, NEIGHBOR_SCORES, NEIGHBOR_SLOTS, SBERT_EMBEDDINGS,
+                                  TRUTH_CAPTION_FACTS, TRUTH_SCENE_FACTS)
 
 SCHEMA_VERSION = 1
 INFO_FILE = "dataset.json"
 SPLITS = ("train", "val", "test")
 # "none": a captions-only dataset (no image feature at all), for relevance and evaluation work; not trainable.
 IMAGE_MODES = ("encoded", "feature", "regions", "none")
-
-# Relevance slots: name -> (key suffix -> (dtype, values per caption or per image)).
-# "truth": the synthetic world's facts (exact relevance); later issues add cider, sbert and neighbours.
-TRUTH_SCENE_FACTS = "relevance/truth/scene_facts"      # int64 [MAX_OBJECTS * 7]
-TRUTH_CAPTION_FACTS = "relevance/truth/caption_facts"  # int64 [C * CAPTION_FACT_WIDTH]
-# "cider": each caption's CIDEr-D entries under the training idf (kitm.relevance.cider_features), caption-major.
-CIDER_KEYS = "relevance/cider/keys"                                  # int64 [E] (n-gram, level) keys
-CIDER_HYPOTHESIS_WEIGHTS = "relevance/cider/hypothesis_weights"      # float [E]
-CIDER_REFERENCE_WEIGHTS = "relevance/cider/reference_weights"        # float [E]
-CIDER_ENTRIES = "relevance/cider/entries"                            # int64 [C] entries per caption
-CIDER_LENGTHS = "relevance/cider/lengths"                            # int64 [C] bigram counts
-# "sbert": unit sentence embeddings; "neighbors": k nearest captions of other images (caption ids, cosines).
-SBERT_EMBEDDINGS = "relevance/sbert/embeddings"                      # float [C * D]
-NEIGHBOR_CAPTION_IDS = "relevance/neighbors/caption_ids"             # int64 [C * k]
-NEIGHBOR_SCORES = "relevance/neighbors/scores"                       # float [C * k]
-# "image_neighbors": the same layout, neighbours found in an image feature space (seed 004's "Img NNs" variant):
-# caption c's list is caption c of each of the image's k nearest other images (kitm.relevance.rows).
-IMAGE_NEIGHBOR_CAPTION_IDS = "relevance/image_neighbors/caption_ids"  # int64 [C * k]
-IMAGE_NEIGHBOR_SCORES = "relevance/image_neighbors/scores"            # float [C * k]
-# Neighbour space (NeighborhoodAngularLoss.neighbor_space) -> (its slot, the slot's caption-id key).
-NEIGHBOR_SLOTS = {"text": ("neighbors", NEIGHBOR_CAPTION_IDS), "image": ("image_neighbors", IMAGE_NEIGHBOR_CAPTION_IDS)}
 
 
 @dataclasses.dataclass
@@ -85,14 +71,6 @@ class DatasetInfo:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write to `<path>.tmp` and rename, so a reader never sees half a file."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save_info(root: str | os.PathLike, info: DatasetInfo) -> None:

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards
 from kitm.relevance.image_features import ImageNeighborOptions, PixelArrays
+from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, MAX_OBJECTS, SCENE_FACT_FIELDS
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, compute_relevance_rows
 
 
@@ -49,10 +50,10 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
     relevance_meta = {
         "truth": {
             "features": {
-                schema.TRUTH_SCENE_FACTS: ["int64", synthetic.MAX_OBJECTS * len(synthetic.SCENE_FACT_FIELDS)],
-                schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * synthetic.CAPTION_FACT_WIDTH],
+                schema.TRUTH_SCENE_FACTS: ["int64", MAX_OBJECTS * len(SCENE_FACT_FIELDS)],
+                schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * CAPTION_FACT_WIDTH],
             },
-            "definition": "kitm.data.synthetic.truth_relevance (exact relevance of a caption to an image)",
+            "definition": "kitm.relevance.truth.truth_relevance (exact relevance of a caption to an image)",
         }
     }
     members_of = {split: np.flatnonzero(world.splits == split) for split in schema.SPLITS}

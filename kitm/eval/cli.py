@@ -42,15 +42,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kitm.errors import KitmConfigError
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
-from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, write_json_atomically
+from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, write_report_json
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
 
 
-class CliError(Exception):
+class CliError(KitmConfigError):
     """Bad arguments or input: printed as one line, exit status 2."""
 
 
@@ -280,7 +281,7 @@ def _run(args: argparse.Namespace) -> int:
         "seconds": seconds,
     }
     out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
-    write_json_atomically(out, payload)
+    write_report_json(out, payload)
     what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
     print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
     if neighbourhood is not None:

@@ -22,6 +22,8 @@ import pathlib
 
 import numpy as np
 
+from kitm.files import atomic_path
+
 MATRIX_SUFFIXES = (".npy", ".json", ".csv")
 
 
@@ -84,16 +86,15 @@ def _load_json_matrix(path: pathlib.Path, name: str) -> np.ndarray:
 
 
 def save_matrix(path: str | os.PathLike, matrix: np.ndarray) -> str:
-    """Write `matrix` to `path` (.npy or .json), atomically (temporary name, then rename)."""
+    """Write `matrix` to `path` (.npy or .json), atomically (`kitm.files.atomic_path`)."""
     path = pathlib.Path(path)
     suffix = path.suffix.lower()
-    tmp = path.with_name(path.name + ".tmp")
-    if suffix == ".npy":
-        with open(tmp, "wb") as handle:
-            np.save(handle, np.asarray(matrix))
-    elif suffix == ".json":
-        tmp.write_text(json.dumps(np.asarray(matrix, dtype=np.float64).tolist()))
-    else:
+    if suffix not in (".npy", ".json"):
         raise ValueError(f"cannot save a matrix as {path}: use a .npy or .json name.")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if suffix == ".npy":
+            with open(tmp, "wb") as handle:  # a handle, so np.save does not append ".npy" to the temporary name
+                np.save(handle, np.asarray(matrix))
+        else:
+            tmp.write_text(json.dumps(np.asarray(matrix, dtype=np.float64).tolist()))
     return str(path)

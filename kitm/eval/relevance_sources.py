@@ -29,7 +29,7 @@ N[c, i] is the relevance of caption c to image i (the NCS reference's orientatio
   cos(e_c, e_c) = 1, like CIDEr above).
 - ``spice``: SPICE of caption c against image i's captions through
   ``kitm.relevance.spice_matrix`` (pycocoevalcap's Spice); a clear error when unavailable.
-- ``truth``: the synthetic world's exact relevance, ``kitm.data.synthetic.truth_relevance`` of the
+- ``truth``: the synthetic world's exact relevance, ``kitm.relevance.truth.truth_relevance`` of the
   images' scene facts and the captions' facts, transposed.
 """
 
@@ -40,6 +40,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kitm.errors import KitmError
+
 RELEVANCE_SOURCES = ("none", "truth", "cider", "sbert", "spice")
 CAPTION_SOURCES = ("cider", "sbert", "spice")
 # How CIDEr-D relevance tokenizes captions (module docstring): the NCS reference's way first.
@@ -49,7 +51,7 @@ CIDER_NORMALIZATIONS = ("ncs", "ptb")
 _TRUTH_CHUNK = 4096
 
 
-class RelevanceUnavailable(RuntimeError):
+class RelevanceUnavailable(KitmError, RuntimeError):
     """A relevance source cannot run here (a missing optional component); the message says why."""
 
 
@@ -121,16 +123,17 @@ def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *
       image_size: the stored world's image side (``DatasetInfo.image_size``), which sets the
         relation gap.
     """
-    from kitm.data import synthetic
+    from kitm.relevance.scene_facts import SCENE_FACT_FIELDS
+    from kitm.relevance.truth import truth_relevance
 
     scene_facts = np.asarray(scene_facts)
     if scene_facts.ndim == 2:
-        scene_facts = scene_facts.reshape(scene_facts.shape[0], -1, len(synthetic.SCENE_FACT_FIELDS))
+        scene_facts = scene_facts.reshape(scene_facts.shape[0], -1, len(SCENE_FACT_FIELDS))
     caption_facts = np.asarray(caption_facts)
     out = np.empty((caption_facts.shape[0], scene_facts.shape[0]), dtype=np.float64)
     for start in range(0, caption_facts.shape[0], _TRUTH_CHUNK):
         block = caption_facts[start:start + _TRUTH_CHUNK]
-        out[start:start + len(block)] = synthetic.truth_relevance(scene_facts, block, image_size=image_size).T
+        out[start:start + len(block)] = truth_relevance(scene_facts, block, image_size=image_size).T
     return out
 
 

@@ -33,6 +33,7 @@ from kitm.eval.coherent import coherent_score
 from kitm.eval.evaluation import evaluate
 from kitm.eval.nway import n_way_recall
 from kitm.eval.protocols import average_results, fold_slices
+from kitm.files import write_text_atomically
 
 # Short names of the figures for flat scalar keys (TensorBoard tags, JSON lines).
 FIGURE_NAMES = {"recall_vse": "R", "recall": "IR_R", "ncs": "NCS", "semantic_recall": "SR",
@@ -258,16 +259,13 @@ def format_report(report: Mapping[str, object], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def write_json_atomically(path: str | os.PathLike, payload: Mapping[str, object]) -> str:
-    """Write `payload` as indented JSON to `<path>.tmp`, then rename: readers never see half a file.
+def write_report_json(path: str | os.PathLike, payload: Mapping[str, object]) -> str:
+    """Write `payload` as indented JSON, atomically (`kitm.files`): readers never see half a file.
 
-    Integer dict keys (the cut-offs K) become strings, as JSON requires.
+    Integer dict keys (the cut-offs K) become strings, as JSON requires; numpy values become plain numbers and
+    lists. NaN (an undefined figure) is written as NaN, as Python's json reads it back.
     """
-    path = pathlib.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return str(path)
+    return str(write_text_atomically(path, json.dumps(payload, indent=2, default=_json_default) + "\n"))
 
 
 def _json_default(value: object) -> object:

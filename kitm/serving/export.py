@@ -15,19 +15,19 @@ still fails in TensorFlow's decoder, with its own message); features of the wron
 `export_new_version(model, tokenizer, "<run>/export")` writes `<run>/export/<n>/` with n = 1 + the highest
 existing version (`kitm.serving.versions`), the layout TensorFlow Serving watches, so a re-export never
 overwrites a served model. Every archive is written under a temporary name in the same directory and
-renamed into place when complete.
+renamed into place when complete (`kitm.files.atomic_path` with overwrite=False: never onto an existing version).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 
 import keras
 import tensorflow as tf
 
-from kitm.data.pipeline import decode_image, eval_image
+from kitm.files import atomic_path
+from kitm.ops.images import decode_image, eval_image
 from kitm.serving.versions import next_version
 
 # The first bytes of the formats tf.io.decode_image reads.
@@ -106,14 +106,14 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
     return archive
 
 
-def _write_archive(archive, parent: pathlib.Path, name: str) -> pathlib.Path:
-    """Write under `<parent>/.tmp-<name>-<pid>` (not a version number: TF Serving ignores it), then rename."""
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".tmp-{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    archive.write_out(str(tmp), verbose=False)
-    return tmp
+def _write_new(archive, path: pathlib.Path) -> None:
+    """Write the archive at exactly `path` through a temporary folder beside it, never replacing an existing `path`.
+
+    The temporary, `<path>.<pid>.tmp`, is not a version number, so TF Serving and `kitm.serving.versions` ignore it.
+    FileExistsError when `path` exists, before or after writing (the temporary is then removed).
+    """
+    with atomic_path(path, overwrite=False) as tmp:
+        archive.write_out(str(tmp), verbose=False)
 
 
 def export_saved_model(model, tokenizer, path: str | os.PathLike, *, image_mode: str = "encoded",
@@ -129,12 +129,10 @@ def export_saved_model(model, tokenizer, path: str | os.PathLike, *, image_mode:
                               "next version number).")
     archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
                        eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
-    tmp = _write_archive(archive, path.parent, path.name)
     try:
-        os.rename(tmp, path)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise FileExistsError(f"{path} appeared while the SavedModel was written; it was left as it was.")
+        _write_new(archive, path)
+    except FileExistsError:
+        raise FileExistsError(f"{path} appeared while the SavedModel was written; it was left as it was.") from None
     return str(path)
 
 
@@ -143,18 +141,16 @@ def export_new_version(model, tokenizer, base: str | os.PathLike, *, image_mode:
     """Write the SavedModel as `<base>/<n>` with n = 1 + the highest existing version; returns its path.
 
     If another writer takes version n while this one writes, the rename fails (the directory is not empty)
-    and the archive takes the next free number instead.
+    and the archive is written again under the next free number.
     """
     base = pathlib.Path(base)
     archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
                        eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
-    tmp = _write_archive(archive, base, "export")
     for _ in range(100):
         path = base / str(next_version(base))
         try:
-            os.rename(tmp, path)  # fails on an existing non-empty directory: never overwrites
+            _write_new(archive, path)
             return str(path)
-        except OSError:
+        except FileExistsError:
             continue
-    shutil.rmtree(tmp, ignore_errors=True)
     raise RuntimeError(f"Could not claim a new version directory under {base}.")

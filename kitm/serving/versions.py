@@ -1,6 +1,6 @@
 """Numbered SavedModel versions under one base directory, the layout TensorFlow Serving watches:
 `<base>/1/`, `<base>/2/`, ... Serving loads the highest number; non-numeric entries (our temporary
-`.tmp-*` directories) are ignored by Serving and here."""
+`<n>.<pid>.tmp` directories) are ignored by Serving and here."""
 
 from __future__ import annotations
 

@@ -1,0 +1,177 @@
+"""The synthetic world as a dataset: ``generate_world`` draws scenes, renders them, captions them and splits them.
+
+``SyntheticWorld`` holds the result, scene n's image, captions and facts at index n, and gives its exact relevance
+(`kitm.relevance.truth`). Splits are drawn independently of near-duplicate derivation, so near-duplicates straddle
+splits, as similar photographs do in COCO.
+
+Determinism
+-----------
+Every random draw comes from ``np.random.default_rng`` streams spawned from ``SeedSequence(seed)`` (scenes,
+captions, rendering, splits), never from global state: equal arguments give byte-identical worlds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from kitm.data.synthetic.captions import scene_captions
+from kitm.data.synthetic.rendering import render_scene
+from kitm.data.synthetic.scenes import SceneObject, derive_scene, fresh_scene, scene_fact_rows
+from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, MAX_OBJECTS, SCENE_FACT_FIELDS
+from kitm.relevance.truth import truth_relevance
+
+_MIN_IMAGE_SIZE = 32
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SyntheticWorld:
+    """A generated world (see the module docstring). Scene n's image, captions and facts share index n.
+
+    ``derived_from[n]`` is the scene that scene n was derived from as a near-duplicate, -1 for a fresh scene.
+    """
+
+    images: np.ndarray  # uint8 [N, image_size, image_size, 3]
+    captions: list[list[str]]  # N lists of captions_per_image strings
+    scene_facts: np.ndarray  # int32 [N, MAX_OBJECTS, 7]
+    caption_facts: np.ndarray  # int32 [N, captions_per_image, CAPTION_FACT_WIDTH]
+    splits: np.ndarray  # '<U5' [N]: "train" / "val" / "test"
+    seed: int
+    derived_from: np.ndarray | None = None  # int32 [N]
+
+    @property
+    def num_scenes(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.images.shape[1])
+
+    @property
+    def captions_per_image(self) -> int:
+        return int(self.caption_facts.shape[1])
+
+    def split_indices(self, split: str) -> np.ndarray:
+        """Indices of the scenes in ``split`` ("train", "val" or "test"), ascending."""
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"`split` must be 'train', 'val' or 'test'; got {split!r}.")
+        return np.flatnonzero(self.splits == split)
+
+    def relevance(self, indices: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Truth relevance [n, n * captions_per_image] among the scenes ``indices`` (default all).
+
+        Captions are flattened scene-major: caption c of the i-th selected scene is column
+        ``i * captions_per_image + c``, as in the usual 5-captions-per-image evaluation layout. Images are rows;
+        ``kitm.eval.evaluate`` takes the transpose (captions by images).
+        """
+        selected = np.arange(self.num_scenes) if indices is None else np.asarray(indices)
+        return truth_relevance(
+            self.scene_facts[selected],
+            self.caption_facts[selected].reshape(-1, CAPTION_FACT_WIDTH),
+            image_size=self.image_size,
+        )
+
+
+def _split_labels(num_scenes: int, fractions: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    names = ("train", "val", "test")
+    fractions = np.asarray(fractions, dtype=np.float64)
+    if fractions.shape != (3,) or (fractions < 0).any() or not np.isclose(fractions.sum(), 1.0):
+        raise ValueError(
+            f"`split_fractions` must be three non-negative numbers summing to 1; got {fractions.tolist()}."
+        )
+    nonzero = fractions > 0
+    if num_scenes < nonzero.sum():
+        raise ValueError(
+            f"`num_scenes`={num_scenes} cannot give a scene to each of the {int(nonzero.sum())} nonzero splits."
+        )
+    counts = np.floor(fractions * num_scenes + 0.5).astype(np.int64)
+    counts[nonzero & (counts == 0)] = 1
+    # Settle rounding on the largest split, which can best absorb it.
+    largest = int(np.argmax(fractions))
+    counts[largest] += num_scenes - counts.sum()
+    while counts[largest] < 1:  # tiny worlds: take back from the others
+        donor = int(np.argmax(np.where(np.arange(3) == largest, -1, counts)))
+        counts[donor] -= 1
+        counts[largest] += 1
+    labels = np.repeat(np.array(names, dtype="<U5"), counts)
+    return labels[rng.permutation(num_scenes)]
+
+
+def generate_world(
+    num_scenes: int = 3000,
+    *,
+    seed: int = 0,
+    image_size: int = 64,
+    captions_per_image: int = 5,
+    near_duplicate_rate: float = 0.35,
+    split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    progress: bool = False,
+) -> SyntheticWorld:
+    """Generate a deterministic synthetic world (module docstring): scenes, images, captions, facts and splits.
+
+    Args:
+        num_scenes: number of scenes (images), >= 1.
+        seed: non-negative integer; equal arguments give byte-identical worlds.
+        image_size: side of the square RGB images, >= 32; object sizes scale with it.
+        captions_per_image: captions per scene, >= 1.
+        near_duplicate_rate: probability that a scene (after the first) is an earlier scene with one change.
+        split_fractions: fractions of train / val / test scenes; every nonzero split gets at least one scene.
+        progress: show a tqdm progress bar.
+    """
+    if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
+        raise ValueError(f"`num_scenes` must be a positive integer; got {num_scenes!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"`seed` must be a non-negative integer; got {seed!r}.")
+    if not isinstance(image_size, (int, np.integer)) or image_size < _MIN_IMAGE_SIZE:
+        raise ValueError(f"`image_size` must be an integer >= {_MIN_IMAGE_SIZE}; got {image_size!r}.")
+    if not isinstance(captions_per_image, (int, np.integer)) or captions_per_image < 1:
+        raise ValueError(f"`captions_per_image` must be a positive integer; got {captions_per_image!r}.")
+    if not 0.0 <= float(near_duplicate_rate) <= 1.0:
+        raise ValueError(f"`near_duplicate_rate` must be in [0, 1]; got {near_duplicate_rate!r}.")
+    num_scenes, image_size, captions_per_image = int(num_scenes), int(image_size), int(captions_per_image)
+
+    # Independent streams: changing the caption templates, say, leaves the scenes and images unchanged.
+    scene_rng, caption_rng, render_rng, split_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(4)
+    )
+    splits = _split_labels(num_scenes, split_fractions, split_rng)
+
+    images = np.empty((num_scenes, image_size, image_size, 3), dtype=np.uint8)
+    scene_facts = np.empty((num_scenes, MAX_OBJECTS, len(SCENE_FACT_FIELDS)), dtype=np.int32)
+    caption_facts = np.empty((num_scenes, captions_per_image, CAPTION_FACT_WIDTH), dtype=np.int32)
+    derived_from = np.full(num_scenes, -1, dtype=np.int32)
+    captions: list[list[str]] = []
+    scenes: list[list[SceneObject]] = []
+
+    indices = range(num_scenes)
+    if progress:
+        from tqdm.auto import tqdm
+
+        indices = tqdm(indices, desc="synthetic world", unit="scene")
+    for n in indices:
+        objects = None
+        if n > 0 and scene_rng.random() < near_duplicate_rate:
+            parent = int(scene_rng.integers(n))
+            objects = derive_scene(scene_rng, scenes[parent], image_size)
+            if objects is not None:
+                derived_from[n] = parent
+        if objects is None:
+            objects = fresh_scene(scene_rng, image_size)
+        scenes.append(objects)
+        scene_facts[n] = scene_fact_rows(objects, image_size)
+        images[n] = render_scene(objects, image_size, render_rng)
+        texts, facts = scene_captions(caption_rng, objects, image_size, captions_per_image)
+        captions.append(texts)
+        caption_facts[n] = facts
+
+    return SyntheticWorld(
+        images=images,
+        captions=captions,
+        scene_facts=scene_facts,
+        caption_facts=caption_facts,
+        splits=splits,
+        seed=int(seed),
+        derived_from=derived_from,
+    )

@@ -1,0 +1,50 @@
+"""Image decoding and evaluation views shared by the tf.data pipeline, serving signatures and image features.
+
+One definition of "the image the model sees at evaluation" keeps the three places that need it in step: the input
+pipeline's evaluation dataset (`kitm.data.pipeline`), the exported `encode_image` signature (`kitm.serving.export`,
+decoding inside the SavedModel graph) and the image-space neighbours built from a backbone
+(`kitm.relevance.image_features`). Plain TensorFlow ops (and TF Model Garden's centre crop), usable in `tf.data`
+maps and `tf.function` graphs alike.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from official.vision.ops import preprocess_ops
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """PNG/JPEG bytes -> float32 [H, W, 3] in [0, 1]."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return tf.image.convert_image_dtype(image, tf.float32)
+
+
+def eval_image(image: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Tensor:
+    """Deterministic centre crop (fraction of the shorter side) and resize."""
+    if crop_fraction < 1.0:
+        image = preprocess_ops.center_crop_image(image, center_crop_fraction=crop_fraction)
+    image = tf.image.resize(image, [image_size, image_size], antialias=True)
+    return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [image_size, image_size, 3])
+
+
+def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crops: int, seed) -> tf.Tensor:
+    """`num_crops` square crops of side crop_fraction x the shorter side at uniformly random positions, resized:
+    float32 [num_crops, image_size, image_size, 3].
+
+    The test-time crops of seed 003 (Sec. 4.1, after Huang et al.: 20 random crops, embeddings averaged) at
+    the evaluation crop's size, so the crops differ from the centre crop only in position. `seed` (int
+    [2]) makes them stateless: an image gets the same crops at every evaluation. Vectorised: one gather per
+    axis cuts all crops, one resize scales them.
+    """
+    shape = tf.shape(image)
+    side = tf.cast(crop_fraction * tf.cast(tf.minimum(shape[0], shape[1]), tf.float32), tf.int32)
+    upper = tf.stack([shape[0] - side, shape[1] - side]) + 1  # offsets 0 .. H - side (and W - side)
+    offsets = tf.random.stateless_uniform([num_crops, 2], seed=seed, minval=0, maxval=2 ** 30, dtype=tf.int32)
+    offsets = offsets % upper[None, :]
+    span = tf.range(side)
+    rows = offsets[:, 0:1] + span[None, :]  # [N, side]
+    cols = offsets[:, 1:2] + span[None, :]
+    crops = tf.gather(image, rows)  # [N, side, W, 3]
+    crops = tf.gather(crops, cols, axis=2, batch_dims=1)  # [N, side, side, 3]
+    crops = tf.image.resize(crops, [image_size, image_size], antialias=True)
+    return tf.ensure_shape(tf.clip_by_value(crops, 0.0, 1.0), [num_crops, image_size, image_size, 3])
