@@ -176,7 +176,8 @@ class ExperimentConfig:
             if name == "run_dir":
                 top["run_dir"] = None if value is None else str(value)
                 continue
-            grouped.setdefault(_section(name), {})[name] = _typed(name, value)
+            section = _section(name)
+            grouped.setdefault(section, {})[name] = _typed(name, value)
         changes = {section: dataclasses.replace(getattr(self, section), **values)
                    for section, values in grouped.items()}
         if explicit:

@@ -1,0 +1,102 @@
+"""The package's shape (ARCHITECTURE.md): imports follow the data flow, with no cycle between subpackages, and only
+the launcher knows about absl flags."""
+
+import ast
+import pathlib
+
+KITM = pathlib.Path(__file__).resolve().parents[1] / "kitm"
+
+
+def _imports(path: pathlib.Path, module: str) -> set[str]:
+    """The kitm modules `path` imports (at any depth: function-level imports count too)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join([*base, node.module] if node.module else base) if node.level else node.module
+            if target:
+                found.add(target)
+    return {name for name in found if name == "kitm" or name.startswith("kitm.")}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    modules = {}
+    for path in sorted(KITM.rglob("*.py")):
+        parts = path.relative_to(KITM.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _unit(module: str) -> str:
+    """A module's unit of the layering: its subpackage under kitm (kitm.data, kitm.launch, kitm.errors...)."""
+    return ".".join(module.split(".")[:2])
+
+
+def subpackage_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in _modules().items():
+        source = _unit(module)
+        for target in _imports(path, module):
+            if target != "kitm" and _unit(target) != source:
+                graph.setdefault(source, set()).add(_unit(target))
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as a path [a, b, ..., a], or None (depth-first search with colours)."""
+    colour, stack = {}, []
+
+    def visit(node):
+        colour[node] = "grey"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if colour.get(nxt) == "grey":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in colour:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        colour[node] = "black"
+        return None
+
+    for node in sorted(graph):
+        if node not in colour:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_and_accepts_a_layering():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}}) is None
+
+
+def test_no_import_cycle_between_subpackages():
+    graph = subpackage_graph()
+    assert "kitm.data" in graph and "kitm.relevance" in graph["kitm.data"]  # the graph is really read
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_layering_of_architecture_md():
+    graph = subpackage_graph()
+    assert "kitm.data" not in graph.get("kitm.relevance", set()), "relevance computation must not read records"
+    assert "kitm.training" not in graph.get("kitm.models", set()), "models never import training"
+    for package in ("kitm.ops", "kitm.errors", "kitm.files"):
+        assert graph.get(package, set()) <= {"kitm.errors"}, f"{package} is a leaf: {graph.get(package)}"
+    # Nothing imports the launcher; the launcher imports only the experiment API (and the error module).
+    assert not [source for source, targets in graph.items() if "kitm.launch" in targets]
+    assert graph["kitm.launch"] <= {"kitm.experiment", "kitm.errors"}
+
+
+def test_only_the_launcher_imports_absl():
+    users = sorted(module for module, path in _modules().items()
+                   if any(isinstance(node, (ast.Import, ast.ImportFrom))
+                          and any((alias.name if isinstance(node, ast.Import) else node.module or "").startswith("absl")
+                                  for alias in node.names)
+                          for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    assert users == ["kitm.launch"]
