@@ -20,9 +20,9 @@ is checked for:
    all-reduced (summed) gradient of the loss-owned variables is the mean over replicas of the one-device gradients.
    A replica never sees the other replica's rows, so for losses with in-batch negatives the global-batch value is
    not promised; for row-separable losses (each row's value depends only on its own row) it is: the replicas'
-   values add up to the global-batch value divided by the number of replicas (reduction "sum"), and the centre
-   gradient of `SemanticCenterLoss` equals the one-device global-batch gradient (kitm.losses.centers, "Centre
-   learning rate").
+   values add up to the global-batch value divided by the number of replicas (reduction "sum"). The centre
+   gradient of the centre losses equals the one-device global-batch gradient (kitm.losses.centers, "Centre
+   learning rate"); `QuantizedCenterLoss` does not keep that promise (KNOWN_VIOLATIONS, a strict xfail).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from kitm.losses import (AdaptiveLadderLoss, AdaptiveMarginTripletLoss, AngularL
                          SemanticCenterLoss, TripletLoss, adaptive_levels, adaptive_margin_triplet_loss, angular_loss,
                          index_cross_entropy_terms, ladder_levels, ladder_loss, quantized_center_loss, reduce_per_row,
                          sam_loss, samplers, semantic_center_loss, triplet_loss)
+from kitm.layers import SoftmaxQuantizedCenters
 from kitm.losses.adaptive_margin import pairwise_l2_distances
 from kitm.ops.similarity import negative_mask
 
@@ -225,8 +226,12 @@ CASES = {
         lambda **kw: SemanticCenterLoss(NUM_IMAGES, D, centers_initializer=keras.initializers.RandomNormal(
             stddev=0.5, seed=1), **kw),
         _plain_semantic_centers, state=_owned, separable=True, owns_parameters=True),
-    "quantized_centers": Case(lambda **kw: QuantizedCenterLoss(4, D, delta=0.3, **kw), _plain_quantized_centers,
-                              state=_owned, owns_parameters=True),
+    # delta = 1 keeps the centre repulsion active (4 centres of about unit norm, squared distances about 2 < 2 delta).
+    "quantized_centers": Case(
+        lambda **kw: QuantizedCenterLoss(4, D, delta=1.0, quantizer=SoftmaxQuantizedCenters(
+            4, centers_initializer=keras.initializers.RandomNormal(stddev=D ** -0.5, seed=2),
+            kernel_initializer=keras.initializers.GlorotUniform(seed=3)), **kw),
+        _plain_quantized_centers, state=_owned, owns_parameters=True),
     "index_cross_entropy": Case(lambda **kw: ImageIndexCrossEntropy(NUM_IMAGES, D, **kw), _plain_index_cross_entropy,
                                 state=_owned, separable=True, owns_parameters=True),
     "adaptive_margin_random": Case(lambda **kw: AdaptiveMarginTripletLoss(seed=3, **kw), random=True,
@@ -394,6 +399,17 @@ def test_gradients_are_finite_and_move(name, kind):
 # 4. Replicas: MirroredStrategy on 2 logical CPUs, in a fresh process
 # ------------------------------------------------------------------------------------------------
 
+CENTRE_LOSSES = ("semantic_centers", "quantized_centers")
+CENTRE_CHECK = "all-reduced centre gradient = global-batch centre gradient"
+# Checks that kitm fails today: (case, check) -> why. Each is asserted to still fail (strict xfail), so that a fix
+# shows up here and its entry is removed.
+KNOWN_VIOLATIONS = {
+    ("quantized_centers", CENTRE_CHECK):
+        "every replica charges the whole centre repulsion of Eq. 7 (spread over its b rows, centre gradient scaled "
+        "by 1/b), so R replicas give the repulsion R times the weight of one device on the global batch",
+}
+
+
 def replica_report() -> dict:
     """Run in a process with 2 logical CPUs: for every case, what each replica computed and what the same loss
     computes on one device, as {case: {check: [got, expected]}} (plain lists, for JSON)."""
@@ -455,13 +471,18 @@ def replica_report() -> dict:
             checks[f"all-reduced gradient of loss variable {j} = mean of one-device gradients"] = [
                 g.numpy().tolist(), want.tolist()]
         if CASES[name].separable:
-            y_true = {key: np.concatenate([local[r][0][key] for r in range(REPLICAS)]) for key in ("image_index",)}
+            y_true = {"image_index": np.concatenate([local[r][0]["image_index"] for r in range(REPLICAS)])}
             y_pred = {key: np.concatenate([local[r][1][key] for r in range(REPLICAS)]) for key in ("image", "text")}
             global_value, global_grads = one_device(name, y_true, y_pred)
             checks["sum of replica values = global-batch value / R"] = [sum(values), global_value / REPLICAS]
-            if name == "semantic_centers":
-                checks["all-reduced centre gradient = global-batch centre gradient"] = [
-                    summed[name][0].numpy().tolist(), global_grads[2].tolist()]
+        if name in CENTRE_LOSSES:
+            # kitm.losses.centers, "Centre learning rate": the centre step is lr * the gradient of the batch-mean
+            # loss, "whatever the batch size or the number of replicas".
+            y_true = {"image_index": np.concatenate([local[r][0]["image_index"] for r in range(REPLICAS)])}
+            y_pred = {key: np.concatenate([local[r][1][key] for r in range(REPLICAS)]) for key in ("image", "text")}
+            _, global_grads = one_device(name, y_true, y_pred)
+            j = next(j for j, v in enumerate(distributed[name].trainable_variables) if v is distributed[name].centers)
+            checks[CENTRE_CHECK] = [summed[name][j].numpy().tolist(), global_grads[2 + j].tolist()]
         report[name] = checks
     return report
 
@@ -497,4 +518,13 @@ def test_replicas_compute_what_scale_for_replicas_promises(name, replica_results
     checks = replica_results[name]
     assert checks, name
     for what, (got, expected) in checks.items():
-        _close(got, expected, f"{name}: {what}")
+        if (name, what) not in KNOWN_VIOLATIONS:
+            _close(got, expected, f"{name}: {what}")
+
+
+@pytest.mark.parametrize("name, what", [
+    pytest.param(name, what, marks=pytest.mark.xfail(strict=True, reason=reason))
+    for (name, what), reason in KNOWN_VIOLATIONS.items()])
+def test_known_replica_violations(name, what, replica_results):
+    got, expected = replica_results[name][what]
+    _close(got, expected, f"{name}: {what}")
