@@ -485,7 +485,10 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
         image_term, text_term, repulsion = quantized_center_terms(
             image, text, image_weights, text_weights, centers, delta=self.delta,
             repulsion_weight=self.repulsion_weight, chunk_size=self.chunk_size)
-        return {"image": image_term, "text": text_term, "repulsion": repulsion}
+        # The repulsion is one term per batch, not per row: each of R replicas charges 1/R of it, so that the
+        # replicas together weigh it as one device does on the global batch.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return {"image": image_term, "text": text_term, "repulsion": repulsion / replicas}
 
     def get_config(self):
         config = super().get_config()
