@@ -25,6 +25,11 @@ def render_options(message: str, prefix: str = "") -> str:
     return _OPTION.sub(lambda match: prefix + match.group(1), message)
 
 
+def rename_options(message: str, names: dict[str, str]) -> str:
+    """`message` with the options in `names` renamed (a component's field -> the setting that feeds it)."""
+    return _OPTION.sub(lambda match: option(names.get(match.group(1), match.group(1))), message)
+
+
 class KitmError(Exception):
     """Base of kitm's errors: a problem the user can fix, said in one message."""
 

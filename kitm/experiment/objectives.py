@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from kitm.errors import KitmConfigError, option
+from kitm.errors import KitmConfigError, KitmError, option, rename_options
 from kitm.experiment.config import ExperimentConfig
 
 
@@ -183,18 +183,24 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
     return losses, loss_weights
 
 
+# CenterPhaseConfig's fields -> the settings that feed them (the others have the same name).
+CENTER_PHASE_SETTINGS = {"phase_epochs": "center_phase_epochs", "learning_rates": "learning_rate",
+                         "centers_learning_rate": "center_learning_rate", "delta": "center_delta",
+                         "loss_weight": "loss_weights",
+                         "triplet_sampling": "center_triplet_sampling"}
+
+
 def center_phase_config(config: ExperimentConfig, num_train_images: int, data_dir=None):
-    """The centers objective's settings as a `kitm.training.center_phases.CenterPhaseConfig`."""
+    """The centers objective's settings as a `kitm.training.center_phases.CenterPhaseConfig` (which checks them;
+    its errors are shown under the settings' names)."""
     from kitm.training.center_phases import CenterPhaseConfig
 
     o, t = config.objective, config.training
     epochs = tuple(o.center_phase_epochs)
-    shown = f"{option('center_phase_epochs')}={','.join(map(str, epochs))}"
-    if len(epochs) != 3 or min(epochs) < 0 or sum(epochs) == 0:
-        raise KitmConfigError(f"{shown}: give three epoch counts >= 0 (phases 1, 2, 3), not all 0.")
     if "epochs" in config.explicit and t.epochs != sum(epochs):
         raise KitmConfigError(f"{option('epochs')}={t.epochs} with {option('loss')}=centers: the phases set the "
-                              f"epochs ({shown}); drop {option('epochs')}.")
+                              f"epochs ({option('center_phase_epochs')}={','.join(map(str, epochs))}); drop "
+                              f"{option('epochs')}.")
     if o.num_quantized_centers > num_train_images:
         where = f" of {data_dir}" if data_dir is not None else ""
         raise KitmConfigError(f"{option('num_quantized_centers')}={o.num_quantized_centers} is more than the "
@@ -209,8 +215,9 @@ def center_phase_config(config: ExperimentConfig, num_train_images: int, data_di
             num_quantized_centers=o.num_quantized_centers, margin=o.margin,
             margin_update_every=o.margin_update_every, margin_max=o.margin_max,
             loss_weight=(o.loss_weights or (1.0,))[0], seed=t.seed, triplet_sampling=o.center_triplet_sampling)
-    except ValueError as error:
-        raise KitmConfigError(f"{option('loss')}=centers: {error}") from error
+    except KitmError as error:
+        message = rename_options(error.args[0], CENTER_PHASE_SETTINGS)
+        raise KitmConfigError(f"{option('loss')}=centers: {message}") from error
 
 
 def total_epochs(config: ExperimentConfig) -> int:

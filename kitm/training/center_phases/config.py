@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kitm.errors import KitmConfigError, option
 from kitm.losses.adaptive_margin import SAMPLINGS
 
 PHASE_NAMES = ("unquantized", "quantizer", "end_to_end")
@@ -44,34 +45,39 @@ class CenterPhaseConfig:
     triplet_sampling: str = "random"
 
     def __post_init__(self):
+        # Errors name the fields with kitm.errors.option, so that kitm.experiment can show them under the settings
+        # that feed them (CENTER_PHASE_SETTINGS there) and the launcher as flags.
         epochs = tuple(self.phase_epochs)
-        if len(epochs) != 3 or any(isinstance(e, bool) or int(e) != e or e < 0 for e in epochs):
-            raise ValueError(f"phase_epochs must be three integers >= 0; got {self.phase_epochs!r}.")
-        if sum(epochs) == 0:
-            raise ValueError("phase_epochs are all 0: no phase to train.")
+        shown = ",".join(map(str, epochs))
+        if len(epochs) != 3 or any(isinstance(e, bool) or int(e) != e or e < 0 for e in epochs) or sum(epochs) == 0:
+            raise KitmConfigError(f"{option('phase_epochs')}={shown}: give three epoch counts >= 0 (phases 1, 2, "
+                                  "3), not all 0.")
         object.__setattr__(self, "phase_epochs", tuple(int(e) for e in epochs))
         rates = tuple(float(r) for r in self.learning_rates)
         if len(rates) != 3 or not all(r >= 0 for r in rates):
-            raise ValueError(f"learning_rates must be three rates >= 0; got {self.learning_rates!r}.")
+            raise KitmConfigError(f"{option('learning_rates')} must be three rates >= 0; got {self.learning_rates!r}.")
         object.__setattr__(self, "learning_rates", rates)
         for name in ("centers_learning_rate", "delta", "margin", "loss_weight"):
             if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)!r}.")
+                raise KitmConfigError(f"{option(name)} must be >= 0; got {getattr(self, name)!r}.")
         for name in ("num_quantized_centers", "margin_update_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+                raise KitmConfigError(f"{option(name)} must be a positive integer; got {value!r}.")
         if not 0.0 <= self.margin_share_threshold <= 1.0:
-            raise ValueError(f"margin_share_threshold must be in [0, 1]; got {self.margin_share_threshold}.")
+            raise KitmConfigError(f"{option('margin_share_threshold')} must be in [0, 1]; got "
+                                  f"{self.margin_share_threshold}.")
         if not self.margin_multiplier > 1.0:
-            raise ValueError(f"margin_multiplier must be > 1; got {self.margin_multiplier}.")
+            raise KitmConfigError(f"{option('margin_multiplier')} must be > 1; got {self.margin_multiplier}.")
         if not self.margin_max >= self.margin or not self.margin_max > 0:
-            raise ValueError(f"margin_max ({self.margin_max}) must be > 0 and >= the initial margin ({self.margin}).")
+            raise KitmConfigError(f"{option('margin_max')} ({self.margin_max}) must be > 0 and >= the initial "
+                                  f"{option('margin')} ({self.margin}).")
         if self.triplet_sampling not in SAMPLINGS:
-            raise ValueError(f"triplet_sampling must be one of {SAMPLINGS}; got {self.triplet_sampling!r}.")
+            raise KitmConfigError(f"{option('triplet_sampling')} must be one of {SAMPLINGS}; got "
+                                  f"{self.triplet_sampling!r}.")
         if self.lr_decay_epochs < 0 or not 0.0 <= self.lr_decay_factor <= 1.0:
-            raise ValueError(f"lr_decay_epochs must be >= 0 and lr_decay_factor in [0, 1]; got "
-                             f"{self.lr_decay_epochs}, {self.lr_decay_factor}.")
+            raise KitmConfigError(f"{option('lr_decay_epochs')} must be >= 0 and {option('lr_decay_factor')} in "
+                                  f"[0, 1]; got {self.lr_decay_epochs}, {self.lr_decay_factor}.")
 
     def start_epoch(self, phase: int) -> int:
         """The global epoch at which phase `phase` (1-based) starts."""
