@@ -36,11 +36,12 @@ def _default(name: str):
 # Data.
 flags.DEFINE_string("dataset", _default("dataset"), "Dataset name: synthetic, or a built one (coco, f30k, f8k, ...).")
 flags.DEFINE_string("data_dir", _default("data_dir"), "Folder of the built TFRecords (default tfrecords/<dataset>).")
-flags.DEFINE_integer("synthetic_num_scenes", _default("synthetic_num_scenes"), "Scenes in the synthetic world (built when absent).",
-                     lower_bound=10)
-flags.DEFINE_float("train_fraction", _default("train_fraction"), "Train on this fraction of the training images: a fixed subset, the "
-                   "images with the smallest ids (evaluation splits unchanged; e.g. 0.1 for SAM's limited-data "
-                   "setting).", lower_bound=1e-6, upper_bound=1.0)
+flags.DEFINE_integer("synthetic_num_scenes", _default("synthetic_num_scenes"),
+                     "Scenes in the synthetic world (built when absent).", lower_bound=10)
+flags.DEFINE_float("train_fraction", _default("train_fraction"),
+                   "Train on this fraction of the training images: a fixed subset, the images with the smallest ids "
+                   "(evaluation splits unchanged; e.g. 0.1 for SAM's limited-data setting).",
+                   lower_bound=1e-6, upper_bound=1.0)
 flags.DEFINE_integer("image_size", _default("image_size"), "Side of the square model input.", lower_bound=16)
 flags.DEFINE_enum("captions_per_step", _default("captions_per_step"), ["sample", "all"],
                   "sample: one random caption per image per epoch; all: every caption is a sample.")
@@ -48,17 +49,19 @@ flags.DEFINE_enum("relevance", _default("relevance"), ["none", "truth", "cider",
                   "Relevance source of the batch relevance matrix: truth (the synthetic world's exact relevance), "
                   "cider (CIDEr-D with the training idf, SAM's source) or sbert (sentence-embedding cosine, the "
                   "ladder loss's source); cider and sbert need the dataset built with those relevance rows.")
-flags.DEFINE_bool("flip", _default("flip"), "Random horizontal flips in training (off for the synthetic world: left/right).")
-flags.DEFINE_float("crop_area_min", _default("crop_area_min"), "Smallest area share of the training random crop.", lower_bound=0.05,
-                   upper_bound=1.0)
-flags.DEFINE_float("eval_crop_fraction", _default("eval_crop_fraction"), "Centre crop side / shorter side at evaluation.", lower_bound=0.1,
-                   upper_bound=1.0)
+flags.DEFINE_bool("flip", _default("flip"),
+                  "Random horizontal flips in training (off for the synthetic world: left/right).")
+flags.DEFINE_float("crop_area_min", _default("crop_area_min"),
+                   "Smallest area share of the training random crop.", lower_bound=0.05, upper_bound=1.0)
+flags.DEFINE_float("eval_crop_fraction", _default("eval_crop_fraction"),
+                   "Centre crop side / shorter side at evaluation.", lower_bound=0.1, upper_bound=1.0)
 flags.DEFINE_integer("max_caption_length", _default("max_caption_length"), "Tokens kept per caption.", lower_bound=1)
-flags.DEFINE_integer("vocab_min_count", _default("vocab_min_count"), "Words seen fewer times in training captions become [UNK].",
-                     lower_bound=1)
+flags.DEFINE_integer("vocab_min_count", _default("vocab_min_count"),
+                     "Words seen fewer times in training captions become [UNK].", lower_bound=1)
 # Model.
-flags.DEFINE_enum("image_encoder", _default("image_encoder"), ["small_cnn", "resnet50", "resnet152", "features_mlp"],
-                  "Image tower.")
+flags.DEFINE_string("image_encoder", _default("image_encoder"), "Image tower, by its name in "
+                    "kitm.experiment.encoders.IMAGE_ENCODERS: small_cnn, resnet50, resnet152, features_mlp, or one "
+                    "registered with kitm.experiment.register_image_encoder.")
 flags.DEFINE_string("weights", _default("weights"), "ResNet weights: imagenet, none, or a weights file.")
 flags.DEFINE_bool("finetune_backbone", _default("finetune_backbone"), "Train the ResNet backbone too (VSE++ 'FT').")
 flags.DEFINE_integer("embedding_dim", _default("embedding_dim"), "Joint embedding size D.", lower_bound=1)
@@ -66,122 +69,147 @@ flags.DEFINE_integer("word_dim", _default("word_dim"), "Word embedding size.", l
 flags.DEFINE_integer("text_units", _default("text_units"), "GRU units per direction.", lower_bound=1)
 # Objective.
 flags.DEFINE_list("loss", _default("loss"),
-                  "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x "
-                  "the semantic adaptive margin); ladder (fixed thresholds) or ladder_adaptive (k-means levels), the ladder loss; "
-                  "angular (N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with "
-                  "neighbour-aware batching), semantic neighbourhoods; centers (adaptive-margin triplet + semantic centres + "
-                  "image-index cross-entropy, trained in the three --center_phase_epochs phases): semantic centres, alone. "
-                  "sam and the ladders need --relevance. Example: "
-                  "--loss=triplet,ladder --loss_weights=1,0.5.")
+                  "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x the "
+                  "semantic adaptive margin); ladder (fixed thresholds) or ladder_adaptive (k-means levels), the "
+                  "ladder loss; angular (N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with "
+                  "neighbour-aware batching), semantic neighbourhoods; centers (adaptive-margin triplet + semantic "
+                  "centres + image-index cross-entropy, trained in the three --center_phase_epochs phases): semantic "
+                  "centres, alone. sam and the ladders need --relevance. Example: --loss=triplet,ladder "
+                  "--loss_weights=1,0.5.")
 flags.DEFINE_list("loss_weights", _default("loss_weights"), "One weight per --loss entry (default 1 each).")
 flags.DEFINE_float("margin", _default("margin"), "Triplet margin (also SAM's triplet part and the first ladder).")
-flags.DEFINE_bool("max_violation", _default("max_violation"), "Hardest negative (VSE++) instead of the sum over negatives, in the "
-                  "triplet, SAM's triplet part and the ladder's first rung.")
-flags.DEFINE_float("hardest_warmup_epochs", _default("hardest_warmup_epochs"), "Hardest-negative warm-up for every loss that has such terms "
-                   "(--max_violation, the ladder's first rung, --sam_sampling=hardest): for this many epochs they "
-                   "use the sum over negatives (random negatives for the samplers) before switching to the "
-                   "hardest negative (VSE-infinity practice for encoders that start from random weights; "
-                   "kitm.losses.base).", lower_bound=0.0)
+flags.DEFINE_bool("max_violation", _default("max_violation"),
+                  "Hardest negative (VSE++) instead of the sum over negatives, in the triplet, SAM's triplet part and "
+                  "the ladder's first rung.")
+flags.DEFINE_float("hardest_warmup_epochs", _default("hardest_warmup_epochs"),
+                   "Hardest-negative warm-up for every loss that has such terms (--max_violation, the ladder's first "
+                   "rung, --sam_sampling=hardest): for this many epochs they use the sum over negatives (random "
+                   "negatives for the samplers) before switching to the hardest negative (VSE-infinity practice for "
+                   "encoders that start from random weights; kitm.losses.base).", lower_bound=0.0)
 flags.DEFINE_float("sam_tau", _default("sam_tau"), "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower_bound=1e-6)
-flags.DEFINE_float("sam_weight", _default("sam_weight"), "SAM: weight of the adaptive-margin term beside the triplet.", lower_bound=0.0)
+flags.DEFINE_float("sam_weight", _default("sam_weight"),
+                   "SAM: weight of the adaptive-margin term beside the triplet.", lower_bound=0.0)
 flags.DEFINE_enum("sam_sampling", _default("sam_sampling"), ["hardest", "easiest", "random"], "SAM: negative sampling.")
 flags.DEFINE_enum("sam_pairing", _default("sam_pairing"), ["matched", "reference"],
                   "SAM: each margin with its own negative (matched) or the reference code's pairing (METHODS.md).")
 flags.DEFINE_list("ladder_thresholds", _default("ladder_thresholds"), "Fixed ladder: relevance thresholds, decreasing.")
 flags.DEFINE_list("ladder_margins", _default("ladder_margins"), "Fixed ladder: one margin per level (thresholds + 1).")
 flags.DEFINE_list("ladder_betas", _default("ladder_betas"), "Fixed ladder: one weight per level (thresholds + 1).")
-flags.DEFINE_list("ladder_level_bounds", _default("ladder_level_bounds"), "Adaptive ladder: (L_min, L_max) for the k-means levels.")
-flags.DEFINE_integer("ladder_lloyd_runs", _default("ladder_lloyd_runs"), "Adaptive ladder and ladder re-clustering: Lloyd runs from k-means++ "
-                     "seeds scored beside the exact 1-D k-means optimum, per query and k; the higher silhouette is "
-                     "kept (kitm.ops.auto_kmeans_1d; 0: the exact optimum only).", lower_bound=0)
-flags.DEFINE_integer("ladder_recluster_every", _default("ladder_recluster_every"), "Fixed ladder: every this many batches re-derive the thresholds "
-                     "from the relevance values seen since (1-D k-means + silhouette; 0: keep them fixed).",
-                     lower_bound=0)
+flags.DEFINE_list("ladder_level_bounds", _default("ladder_level_bounds"),
+                  "Adaptive ladder: (L_min, L_max) for the k-means levels.")
+flags.DEFINE_integer("ladder_lloyd_runs", _default("ladder_lloyd_runs"),
+                     "Adaptive ladder and ladder re-clustering: Lloyd runs from k-means++ seeds scored beside the "
+                     "exact 1-D k-means optimum, per query and k; the higher silhouette is kept "
+                     "(kitm.ops.auto_kmeans_1d; 0: the exact optimum only).", lower_bound=0)
+flags.DEFINE_integer("ladder_recluster_every", _default("ladder_recluster_every"),
+                     "Fixed ladder: every this many batches re-derive the thresholds from the relevance values seen "
+                     "since (1-D k-means + silhouette; 0: keep them fixed).", lower_bound=0)
 flags.DEFINE_float("angle_degrees", _default("angle_degrees"), "Angular loss angle.", lower_bound=1.0, upper_bound=89.0)
 flags.DEFINE_enum("angular_form", _default("angular_form"), ["npair", "hinge"],
-                  "Angular and neighbourhood losses: npair (Wang et al.'s log-sum-exp N-pair form, what the semantic-neighbourhood "
-                  "code trains) or hinge (the semantic-neighbourhood paper's Eq. 2 as printed; collapse is its global minimum).")
+                  "Angular and neighbourhood losses: npair (Wang et al.'s log-sum-exp N-pair form, what the "
+                  "semantic-neighbourhood code trains) or hinge (the semantic-neighbourhood paper's Eq. 2 as printed; "
+                  "collapse is its global minimum).")
 flags.DEFINE_enum("neighborhood_base", _default("neighborhood_base"), ["angular", "triplet"],
                   "Neighbourhood loss: angular (Ang+NP+Sym) or the paper's triplet-based variant.")
-flags.DEFINE_float("neighborhood_alpha", _default("neighborhood_alpha"), "Weight of the text-neighbour term (default 0.2 angular / 0.3 "
-                   "triplet).", lower_bound=0.0)
-flags.DEFINE_float("neighborhood_beta", _default("neighborhood_beta"), "Weight of the image-neighbour term (default 0.3 angular / 0.1 "
-                   "triplet).", lower_bound=0.0)
+flags.DEFINE_float("neighborhood_alpha", _default("neighborhood_alpha"),
+                   "Weight of the text-neighbour term (default 0.2 angular / 0.3 triplet).", lower_bound=0.0)
+flags.DEFINE_float("neighborhood_beta", _default("neighborhood_beta"),
+                   "Weight of the image-neighbour term (default 0.3 angular / 0.1 triplet).", lower_bound=0.0)
 flags.DEFINE_enum("neighbor_draw", _default("neighbor_draw"), ["mutual", "uniform"],
                   "Neighbour-aware batching: draw a seed's partner among its mutual neighbours when it has any "
                   "(mutual) or among all its k neighbours (uniform).")
 flags.DEFINE_enum("neighbor_space", _default("neighbor_space"), ["text", "image"],
                   "Neighbourhood loss: where each pair's neighbours were found: text (the records' neighbors rows, "
-                  "sentence-embedding space; the semantic-neighbourhood paper's main method) or image (the records' image_neighbors rows, "
-                  "an image feature space; its 'Img NNs' variant, built with python -m kitm.data.build "
-                  "--image_neighbors=backbone|pixels|features).")
+                  "sentence-embedding space; the semantic-neighbourhood paper's main method) or image (the records' "
+                  "image_neighbors rows, an image feature space; its 'Img NNs' variant, built with python -m "
+                  "kitm.data.build --image_neighbors=backbone|pixels|features).")
 flags.DEFINE_list("center_phase_epochs", _default("center_phase_epochs"),
-                  "--loss=centers (semantic centres): epochs of its three phases, 1 unquantized centres, 2 the quantizer alone "
-                  "(model frozen), 3 end to end with adaptive margins; 0 skips a phase. Replaces --epochs.")
-flags.DEFINE_float("center_phase2_learning_rate", _default("center_phase2_learning_rate"), "--loss=centers: Adam rate of phase 2 (phase 1 uses "
-                   "--learning_rate).", lower_bound=0.0)
-flags.DEFINE_float("center_phase3_learning_rate", _default("center_phase3_learning_rate"), "--loss=centers: Adam rate of phase 3.", lower_bound=0.0)
-flags.DEFINE_float("center_learning_rate", _default("center_learning_rate"), "--loss=centers: SGD rate of the semantic centres (per-image and "
-                   "quantized), on the batch-mean centre loss.", lower_bound=0.0)
-flags.DEFINE_float("center_delta", _default("center_delta"), "--loss=centers: hinge radius delta of the centre losses (squared L2).",
-                   lower_bound=0.0)
-flags.DEFINE_integer("num_quantized_centers", _default("num_quantized_centers"), "--loss=centers: N_q, the quantized centres of phases 2-3, "
-                     "started by k-means over the per-image centres.", lower_bound=1)
-flags.DEFINE_integer("margin_update_every", _default("margin_update_every"), "--loss=centers, phase 3: adapt the margins every q batches "
-                     "(Eq. 13; r = 0.8, c = 1.03).", lower_bound=1)
-flags.DEFINE_enum("center_triplet_sampling", _default("center_triplet_sampling"), ["random", "hardest", "easiest", "all"],
+                  "--loss=centers (semantic centres): epochs of its three phases, 1 unquantized centres, 2 the "
+                  "quantizer alone (model frozen), 3 end to end with adaptive margins; 0 skips a phase. Replaces "
+                  "--epochs.")
+flags.DEFINE_float("center_phase2_learning_rate", _default("center_phase2_learning_rate"),
+                   "--loss=centers: Adam rate of phase 2 (phase 1 uses --learning_rate).", lower_bound=0.0)
+flags.DEFINE_float("center_phase3_learning_rate", _default("center_phase3_learning_rate"),
+                   "--loss=centers: Adam rate of phase 3.", lower_bound=0.0)
+flags.DEFINE_float("center_learning_rate", _default("center_learning_rate"),
+                   "--loss=centers: SGD rate of the semantic centres (per-image and quantized), on the batch-mean "
+                   "centre loss.", lower_bound=0.0)
+flags.DEFINE_float("center_delta", _default("center_delta"),
+                   "--loss=centers: hinge radius delta of the centre losses (squared L2).", lower_bound=0.0)
+flags.DEFINE_integer("num_quantized_centers", _default("num_quantized_centers"),
+                     "--loss=centers: N_q, the quantized centres of phases 2-3, started by k-means over the per-image "
+                     "centres.", lower_bound=1)
+flags.DEFINE_integer("margin_update_every", _default("margin_update_every"),
+                     "--loss=centers, phase 3: adapt the margins every q batches (Eq. 13; r = 0.8, c = 1.03).",
+                     lower_bound=1)
+flags.DEFINE_enum("center_triplet_sampling", _default("center_triplet_sampling"),
+                  ["random", "hardest", "easiest", "all"],
                   "--loss=centers: the triplet's negatives: one random in-batch negative per anchor (the paper), the "
                   "hardest, the easiest, or all (the sum over the batch's negatives).")
-flags.DEFINE_float("margin_max", _default("margin_max"), "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
+flags.DEFINE_float("margin_max", _default("margin_max"),
+                   "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
 # Optimisation.
 flags.DEFINE_integer("epochs", _default("epochs"), "Training epochs.", lower_bound=1)
 flags.DEFINE_integer("batch_size", _default("batch_size"), "Global batch size (split over replicas).", lower_bound=2)
 flags.DEFINE_float("learning_rate", _default("learning_rate"), "Adam learning rate.", lower_bound=0.0)
-flags.DEFINE_integer("lr_decay_epochs", _default("lr_decay_epochs"), "Multiply the learning rate by lr_decay_factor every this many epochs "
-                     "(0: never).", lower_bound=0)
-flags.DEFINE_float("lr_decay_factor", _default("lr_decay_factor"), "Step decay factor.", lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_float("grad_clip_norm", _default("grad_clip_norm"), "Clip the global gradient norm (VSE++: 2.0; 0 disables).", lower_bound=0.0)
+flags.DEFINE_integer("lr_decay_epochs", _default("lr_decay_epochs"),
+                     "Multiply the learning rate by lr_decay_factor every this many epochs (0: never).", lower_bound=0)
+flags.DEFINE_float("lr_decay_factor", _default("lr_decay_factor"),
+                   "Step decay factor.", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float("grad_clip_norm", _default("grad_clip_norm"),
+                   "Clip the global gradient norm (VSE++: 2.0; 0 disables).", lower_bound=0.0)
 flags.DEFINE_enum("lr_schedule", _default("lr_schedule"), ["step", "cosine"],
                   "step: x lr_decay_factor every lr_decay_epochs; cosine: linear warm-up, then a cosine to 0.")
-flags.DEFINE_float("warmup_epochs", _default("warmup_epochs"), "Cosine schedule: linear warm-up over this many epochs.", lower_bound=0.0)
-flags.DEFINE_integer("warmup_steps", _default("warmup_steps"), "Cosine schedule: linear warm-up over this many steps (instead of "
-                     "--warmup_epochs).", lower_bound=0)
-flags.DEFINE_bool("mixed_precision", _default("mixed_precision"), "Compute in float16 (GPU) or bfloat16 (CPU) with float32 weights; "
-                  "losses stay float32.")
+flags.DEFINE_float("warmup_epochs", _default("warmup_epochs"),
+                   "Cosine schedule: linear warm-up over this many epochs.", lower_bound=0.0)
+flags.DEFINE_integer("warmup_steps", _default("warmup_steps"),
+                     "Cosine schedule: linear warm-up over this many steps (instead of --warmup_epochs).",
+                     lower_bound=0)
+flags.DEFINE_bool("mixed_precision", _default("mixed_precision"),
+                  "Compute in float16 (GPU) or bfloat16 (CPU) with float32 weights; losses stay float32.")
 flags.DEFINE_enum("jit_compile", _default("jit_compile"), ["auto", "true", "false"],
                   "XLA-compile the training step (auto: Keras' choice, on with a GPU, off on CPU).")
-flags.DEFINE_integer("finetune_after_epochs", _default("finetune_after_epochs"), "ResNet encoders: train with the backbone frozen for this many "
-                     "epochs, then fine-tune it too (VSE++ 'FT'; 0: never).", lower_bound=0)
-flags.DEFINE_float("finetune_learning_rate", _default("finetune_learning_rate"), "Learning rate of the fine-tuning phase (default "
-                   "learning_rate / 10, as VSE++).", lower_bound=0.0)
-flags.DEFINE_integer("seed", _default("seed"), "Seed for the synthetic world, data order, augmentation and initialisation.")
-flags.DEFINE_bool("deterministic_ops", _default("deterministic_ops"), "tf.config.experimental.enable_op_determinism(): deterministic "
-                  "kernels and a serial input pipeline (slower; see kitm/training/reproducibility.py).")
+flags.DEFINE_integer("finetune_after_epochs", _default("finetune_after_epochs"),
+                     "ResNet encoders: train with the backbone frozen for this many epochs, then fine-tune it too "
+                     "(VSE++ 'FT'; 0: never).", lower_bound=0)
+flags.DEFINE_float("finetune_learning_rate", _default("finetune_learning_rate"),
+                   "Learning rate of the fine-tuning phase (default learning_rate / 10, as VSE++).", lower_bound=0.0)
+flags.DEFINE_integer("seed", _default("seed"),
+                     "Seed for the synthetic world, data order, augmentation and initialisation.")
+flags.DEFINE_bool("deterministic_ops", _default("deterministic_ops"),
+                  "tf.config.experimental.enable_op_determinism(): deterministic kernels and a serial input pipeline "
+                  "(slower; see kitm/training/reproducibility.py).")
 # Distribution and fault tolerance.
 flags.DEFINE_enum("strategy", _default("strategy"), ["default", "mirrored", "multi_worker"],
                   "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
                   "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable.")
-flags.DEFINE_integer("backup_every_steps", _default("backup_every_steps"), "Back up the training state every this many steps, so a killed run "
-                     "resumes close to where it stopped (0: at the end of each epoch).", lower_bound=0)
-flags.DEFINE_integer("cpu_devices", _default("cpu_devices"), "Split the CPU into this many logical devices (0: leave as is).",
-                     lower_bound=0)
+flags.DEFINE_integer("backup_every_steps", _default("backup_every_steps"),
+                     "Back up the training state every this many steps, so a killed run resumes close to where it "
+                     "stopped (0: at the end of each epoch).", lower_bound=0)
+flags.DEFINE_integer("cpu_devices", _default("cpu_devices"),
+                     "Split the CPU into this many logical devices (0: leave as is).", lower_bound=0)
 # Output.
-flags.DEFINE_integer("eval_every_epochs", _default("eval_every_epochs"), "Validation retrieval every this many epochs (0: never).",
-                     lower_bound=0)
-flags.DEFINE_integer("eval_images", _default("eval_images"), "Validation images used by the periodic evaluation.", lower_bound=1)
-flags.DEFINE_integer("test_crops", _default("test_crops"), "Embed each evaluation/test image as the mean over this many random crops "
-                     "(the semantic-centres paper: 20; 1: the centre crop).", lower_bound=1)
-flags.DEFINE_integer("projector_samples", _default("projector_samples"), "Validation images (with their captions) in TensorBoard's "
-                     "embedding projector, written at each evaluation and at the end (0: none).", lower_bound=0)
+flags.DEFINE_integer("eval_every_epochs", _default("eval_every_epochs"),
+                     "Validation retrieval every this many epochs (0: never).", lower_bound=0)
+flags.DEFINE_integer("eval_images", _default("eval_images"),
+                     "Validation images used by the periodic evaluation.", lower_bound=1)
+flags.DEFINE_integer("test_crops", _default("test_crops"),
+                     "Embed each evaluation/test image as the mean over this many random crops (the semantic-centres "
+                     "paper: 20; 1: the centre crop).", lower_bound=1)
+flags.DEFINE_integer("projector_samples", _default("projector_samples"),
+                     "Validation images (with their captions) in TensorBoard's embedding projector, written at each "
+                     "evaluation and at the end (0: none).", lower_bound=0)
 flags.DEFINE_enum("eval_relevance", _default("eval_relevance"), ["auto", "none", "truth", "cider", "sbert"],
                   "Relevance behind the validation NCS, SR and CS figures (auto: truth when the dataset has it, "
                   "else none).")
 flags.DEFINE_bool("export", _default("export"), "Export a SavedModel at the end.")
 flags.DEFINE_bool("progress", _default("progress"), "Progress bars.")
-flags.DEFINE_float("collapse_threshold", _default("collapse_threshold"), "Collapse monitor: warn when the mean pairwise cosine of a batch's "
-                   "image or caption embeddings (logged as collapse/image_cosine, collapse/text_cosine) exceeds "
-                   "this at the end of an epoch (0: no monitor).", lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_bool("stop_on_collapse", _default("stop_on_collapse"), "Collapse monitor: end the run at the first collapsed epoch.")
+flags.DEFINE_float("collapse_threshold", _default("collapse_threshold"),
+                   "Collapse monitor: warn when the mean pairwise cosine of a batch's image or caption embeddings "
+                   "(logged as collapse/image_cosine, collapse/text_cosine) exceeds this at the end of an epoch (0: "
+                   "no monitor).", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_bool("stop_on_collapse", _default("stop_on_collapse"),
+                  "Collapse monitor: end the run at the first collapsed epoch.")
 flags.DEFINE_string("run_dir", None, "Run directory (default runs/<dataset>); a finished run directory (with a "
                     "summary.json) is refused: give a new one.")
 

@@ -184,7 +184,7 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
 
 
 # CenterPhaseConfig's fields -> the settings that feed them (the others have the same name).
-CENTER_PHASE_SETTINGS = {"phase_epochs": "center_phase_epochs", "learning_rates": "learning_rate",
+CENTER_PHASE_FIELD_SETTINGS = {"phase_epochs": "center_phase_epochs", "learning_rates": "learning_rate",
                          "centers_learning_rate": "center_learning_rate", "delta": "center_delta",
                          "loss_weight": "loss_weights",
                          "triplet_sampling": "center_triplet_sampling"}
@@ -216,7 +216,7 @@ def center_phase_config(config: ExperimentConfig, num_train_images: int, data_di
             margin_update_every=o.margin_update_every, margin_max=o.margin_max,
             loss_weight=(o.loss_weights or (1.0,))[0], seed=t.seed, triplet_sampling=o.center_triplet_sampling)
     except KitmError as error:
-        message = rename_options(error.args[0], CENTER_PHASE_SETTINGS)
+        message = rename_options(error.args[0], CENTER_PHASE_FIELD_SETTINGS)
         raise KitmConfigError(f"{option('loss')}=centers: {message}") from error
 
 

@@ -84,14 +84,10 @@ def run(config: ExperimentConfig) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     info = datasets.ensure_dataset(config)
     datasets.check_against_data(config, info)
-    replicas = strategy.num_replicas_in_sync
     if uses_center_phases(config) and config.training.strategy == "multi_worker":
         raise KitmConfigError(f"{option('loss')}=centers is not supported with {option('strategy')}=multi_worker "
                               "yet: its loss-owned state is checkpointed by one process; use "
                               f"{option('strategy')}=mirrored on one machine.")
-    if config.training.batch_size % replicas:
-        raise KitmConfigError(f"{option('batch_size')}={config.training.batch_size} must be divisible by the "
-                              f"{replicas} replicas.")
     try:
         # The chief writes run_dir; other workers write a temporary directory, removed at the end.
         with distribution.worker_directory(run_dir, strategy) as write_dir:

@@ -49,7 +49,7 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
-from kitm.errors import DistributionError
+from kitm.errors import DistributionError, option
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -67,7 +67,8 @@ def _check_tf_config() -> dict:
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         raise DistributionError(
-            "--strategy=multi_worker reads the cluster from the TF_CONFIG environment variable, which is not set; "
+            f"{option('strategy')}=multi_worker reads the cluster from the TF_CONFIG environment variable, which is "
+            "not set; "
             'e.g. TF_CONFIG=\'{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
             '"task": {"type": "worker", "index": 0}}\'.')
     try:
@@ -96,7 +97,7 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "multi_worker":
         _check_tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy()
-    raise DistributionError(f"--strategy={name}: expected one of {', '.join(STRATEGIES)}.")
+    raise DistributionError(f"{option('strategy')}={name}: expected one of {', '.join(STRATEGIES)}.")
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -136,7 +137,7 @@ def worker_directory(run_dir: str | os.PathLike, strategy: tf.distribute.Strateg
 
 def per_replica_batch_size(global_batch: int, replicas: int) -> int:
     if global_batch % replicas:
-        raise DistributionError(f"--batch_size={global_batch} must be divisible by the {replicas} replicas.")
+        raise DistributionError(f"{option('batch_size')}={global_batch} must be divisible by the {replicas} replicas.")
     return global_batch // replicas
 
 
@@ -150,9 +151,9 @@ def steps_per_epoch(num_images: int, samples_per_image: int, global_batch: int, 
     steps = (num_images // pipelines) * samples_per_image // b // local_replicas
     if steps < 1:
         raise DistributionError(
-            f"--batch_size={global_batch} over {replicas} replicas ({pipelines} worker(s)) leaves no full step: each "
-            f"worker holds {num_images // pipelines} of the {num_images} images ({samples_per_image} sample(s) each); "
-            "lower --batch_size.")
+            f"{option('batch_size')}={global_batch} over {replicas} replicas ({pipelines} worker(s)) leaves no full "
+            f"step: each worker holds {num_images // pipelines} of the {num_images} images ({samples_per_image} sample(s) each); "
+            f"lower {option('batch_size')}.")
     return steps
 
 
