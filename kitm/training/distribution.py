@@ -152,8 +152,8 @@ def steps_per_epoch(num_images: int, samples_per_image: int, global_batch: int, 
     if steps < 1:
         raise DistributionError(
             f"{option('batch_size')}={global_batch} over {replicas} replicas ({pipelines} worker(s)) leaves no full "
-            f"step: each worker holds {num_images // pipelines} of the {num_images} images ({samples_per_image} sample(s) each); "
-            f"lower {option('batch_size')}.")
+            f"step: each worker holds {num_images // pipelines} of the {num_images} images ({samples_per_image} "
+            f"sample(s) each); lower {option('batch_size')}.")
     return steps
 
 

@@ -46,7 +46,8 @@ def write_hparams(log_dir: str | os.PathLike, hparams: Mapping[str, object], *, 
     values = {name: hparam_value(value) for name, value in sorted(hparams.items())}
     with tf.summary.create_file_writer(str(log_dir)).as_default():
         hp.hparams_config(hparams=[hp.HParam(name) for name in values],
-                          metrics=[hp.Metric(tag, group=group, display_name=f"{group}/{tag}") for tag, group in metrics])
+                          metrics=[hp.Metric(tag, group=group, display_name=f"{group}/{tag}")
+                                   for tag, group in metrics])
         hp.hparams(values, trial_id=trial_id or None)
 
 
