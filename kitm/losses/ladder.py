@@ -99,14 +99,24 @@ def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None) -
       image_index: optional int [B], dataset index of image p.
     """
     thresholds = _check_thresholds(thresholds)
+    return threshold_levels(relevance, tf.constant(thresholds, tf.float64, shape=[len(thresholds)]),
+                            image_index=image_index)
+
+
+def threshold_levels(relevance, thresholds, *, image_index=None) -> tf.Tensor:
+    """`ladder_levels` with the thresholds as a tensor (e.g. a variable a callback re-assigns): int32 [B, B].
+
+    The thresholds are not checked (a tensor's values are not known when the graph is traced); a -inf threshold
+    never counts, so the level it would open stays empty.
+    """
     relevance = tf.convert_to_tensor(relevance)
     if relevance.shape.rank != 2:
         raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
     if not relevance.dtype.is_floating:
         relevance = tf.cast(relevance, tf.float64)  # an integer dtype would truncate the thresholds
-    levels = tf.ones(tf.shape(relevance), tf.int32)
-    for theta in thresholds:
-        levels += tf.cast(relevance < tf.constant(theta, relevance.dtype), tf.int32)
+    thresholds = tf.cast(tf.reshape(tf.convert_to_tensor(thresholds), [-1]), relevance.dtype)
+    below = tf.cast(relevance[:, :, None] < thresholds[None, None, :], tf.int32)
+    levels = 1 + tf.reduce_sum(below, axis=2)
     positive = tf.logical_not(negative_mask(relevance, image_index))
     return tf.where(positive, tf.zeros_like(levels), levels)
 

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 from kitm.losses.base import RetrievalLoss
-from kitm.losses.ladder import LadderLoss
+from kitm.losses.ladder import LadderLoss, threshold_levels
 from kitm.ops.similarity import negative_mask
 
 __all__ = ["RelevanceSample", "ReclusterableLadderLoss", "threshold_levels", "thresholds_from_clusters",
@@ -102,24 +102,6 @@ class RelevanceSample:
     def restore(self, state) -> None:
         for variable, values in zip((self.keys, self.values, self.offered), state):
             assign_replica_local(variable, list(values))
-
-
-def threshold_levels(relevance, thresholds, *, image_index=None) -> tf.Tensor:
-    """`kitm.losses.ladder_levels` with the thresholds as a tensor (e.g. a variable): int32 [B, B].
-
-    `level[p, q] = 1 + #{l : relevance[p, q] < theta_l}` off the positives, 0 on them; a -inf threshold
-    never counts, so the level it would open stays empty.
-    """
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2:
-        raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
-    if not relevance.dtype.is_floating:
-        relevance = tf.cast(relevance, tf.float64)
-    thresholds = tf.cast(tf.reshape(tf.convert_to_tensor(thresholds), [-1]), relevance.dtype)
-    below = tf.cast(relevance[:, :, None] < thresholds[None, None, :], tf.int32)
-    levels = 1 + tf.reduce_sum(below, axis=2)
-    positive = tf.logical_not(negative_mask(relevance, image_index))
-    return tf.where(positive, tf.zeros_like(levels), levels)
 
 
 def thresholds_from_clusters(values: np.ndarray, labels: np.ndarray, k: int, num_thresholds: int) -> np.ndarray:
