@@ -100,6 +100,8 @@ def json_ready(value: object) -> object:
         return [json_ready(item) for item in value]
     if isinstance(value, pathlib.PurePath):
         return str(value)
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0):  # numpy arrays
+        return json_ready(value.tolist())
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return json_ready(value.item())
     return value

@@ -307,6 +307,8 @@ class LossStateCheckpoint(keras.callbacks.Callback):
             if not self._should_write():
                 shutil.rmtree(partial, ignore_errors=True)
                 return None
+            # Its own temporary-then-rename rather than kitm.files.atomic_path: a non-chief worker writes the state
+            # (every worker must take part in the checkpoint's collective ops) and then discards it unrenamed.
             os.rename(partial, final)  # atomic: the name appears only with its whole content
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
