@@ -137,18 +137,15 @@ def separator_of(text: str) -> str | None:
 
 
 def _hashed_lines(handle, digest, where: pathlib.Path) -> Iterator[str]:
-    """The file's lines, each also fed to `digest`; a line that is not UTF-8 is named."""
-    line = 0
-    while True:
+    """The binary file's lines as text (line ends kept, a leading byte-order mark dropped), each also fed to
+    `digest`. Decoding line by line names the exact line that is not UTF-8."""
+    for line, data in enumerate(handle, start=1):
+        digest.update(data)
         try:
-            text = handle.readline()
+            text = data.decode("utf-8-sig" if line == 1 else "utf-8")
         except UnicodeDecodeError as error:
-            raise KitmDataError(f"{where}, line {line + 1} is not UTF-8 text ({error.reason} at byte "
-                                f"{error.start} of the read block).") from error
-        if not text:
-            return
-        line += 1
-        digest.update(text.encode("utf-8"))
+            raise KitmDataError(f"{where}, line {line} is not UTF-8 text ({error.reason} at byte {error.start} of "
+                                "the line); save the table as UTF-8.") from None
         yield text
 
 
@@ -198,9 +195,10 @@ def _read_jsonl(lines: Iterator[str], columns: dict[str, str | None], where: _Wh
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            record = json.loads(text.rstrip("\r\n"))
         except json.JSONDecodeError as error:
-            raise KitmDataError(f"{where(line_number)}: not valid JSON ({error.msg} at character {error.colno}).") from None
+            raise KitmDataError(f"{where(line_number)}: not valid JSON ({error.msg} at character {error.colno})."
+                                ) from None
         if not isinstance(record, dict):
             raise KitmDataError(f"{where(line_number)}: expected a JSON object, got {type(record).__name__} "
                                 f"({text.strip()[:60]!r}).")
@@ -233,8 +231,9 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
     columns = {"image": image_column, "caption": caption_column, "split": split_column}
     where = _Where(path, fmt, columns)
     digest = digest if digest is not None else hashlib.sha256()
-    # newline="": the csv module sees quoted line breaks as written; "utf-8-sig" drops a spreadsheet's BOM.
-    handle = open(path, encoding="utf-8-sig", newline="" if fmt == "csv" else None)
+    # Binary lines split at "\n" only, so the csv module sees "\r\n" and quoted line breaks as written (as
+    # newline="" would give it).
+    handle = open(path, "rb")
     lines = _hashed_lines(handle, digest, path)
 
     def closing(rows):
