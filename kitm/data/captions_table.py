@@ -250,7 +250,8 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
     return closing(_read_jsonl(lines, columns, where)), {"format": "jsonl", "csv_separator": None}
 
 
-def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *, empty_captions: str = "stop") -> tuple[list[TableImage], collections.Counter]:
+def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,
+               empty_captions: str = "stop") -> tuple[list[TableImage], collections.Counter]:
     """The table's images in order of first appearance, their rows grouped by resolved path (a dict, one pass)."""
     check_policy("empty_captions", empty_captions)
     images: dict[str, TableImage] = {}
@@ -451,7 +452,8 @@ def print_report(report: dict[str, Any]) -> None:
     """The build's summary of the rules: what was read, chosen, cut, dropped, repeated and how it was split."""
     rule = report["caption_rule"]
     c = rule["captions_per_image"]
-    separator = {None: "", "\t": ", tab-separated"}.get(report["csv_separator"], f", separator {report['csv_separator']!r}")
+    separator = {None: "", "\t": ", tab-separated"}.get(report["csv_separator"],
+                                                        f", separator {report['csv_separator']!r}")
     print(f"Read {report['rows']} row(s) of {report['captions']} ({report['format']}{separator}): "
           f"{report['images_in_table']} image(s); images by caption count {rule['images_by_caption_count']}.")
     if report["empty_captions_dropped"]:

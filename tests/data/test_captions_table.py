@@ -69,6 +69,7 @@ def _table(tmp_path, counts, name="table.csv", **kwargs):
 # ---------------------------------------------------------------------------------------------------------------
 # Round trip.
 
+@pytest.mark.slow
 def test_csv_round_trip_through_the_pipeline(tmp_path, capsys):
     table = _table(tmp_path, [3] * 12)
     out = tmp_path / "mine"
@@ -331,10 +332,16 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _examples(root):
+    return {path.name: [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(str(path))]
+            for path in sorted(pathlib.Path(root).glob("*.tfrecord"))}
+
+
 def _state(root):
     return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
 
 
+@pytest.mark.slow
 def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path):
     table = _table(tmp_path, [2] * 14)
     flags = ["--dataset=captions_table", f"--captions={table}", "--val_images=1", "--test_images=1",
@@ -354,8 +361,7 @@ def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path):
     assert not list(root.glob("*.tmp"))
     clean = tmp_path / "clean" / "mine"
     assert main([*flags, f"--out={clean}"]) == 0
-    for split in ("train", "val", "test"):
-        assert [r["image/encoded"] for r in _records(root, split)] == [r["image/encoded"] for r in _records(clean, split)]
+    assert _examples(root) == _examples(clean)  # field by field: the same records
     assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
 
     (root / schema.INFO_FILE).unlink()
@@ -366,6 +372,7 @@ def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path):
                              progress=False)
 
 
+@pytest.mark.slow
 def test_sentence_and_neighbour_rows(tmp_path):
     from kitm.relevance import sentence_embeddings
 
