@@ -10,6 +10,8 @@
         [--images=/data/coco] --out=tfrecords/coco
     python -m kitm.data.build --dataset=precomputed --features_dir=/data/vsepp --name=f30k_precomp \
         --out=tfrecords/f30k_precomp
+    python -m kitm.data.build --dataset=captions_table --captions=my_photos.csv --images=/data/my_photos \
+        --out=tfrecords/my_photos     # your own data: open_clip's CSV (filepath<TAB>title) or JSON Lines
 
 Every build stores the relevance rows of --relevance (default cider,sbert,neighbors; "none" for none), writes
 shards under temporary names, and resumes a killed build (same flags and --out) without redoing finished shards.
@@ -31,7 +33,7 @@ import sys
 from kitm.errors import KitmDataError, KitmError
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
 
-DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed")
+DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
 
 
 def _relevance(text: str) -> tuple[str, ...]:
@@ -82,10 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--empty_captions", choices=("stop", "skip"), default="stop",
                         help="an empty caption: stop naming it, or drop it and count it (the image then needs "
                              "five other captions, see --few_captions)")
-    common.add_argument("--few_captions", choices=("stop", "skip"), default="stop",
-                        help="an image with fewer than five captions: stop naming it, or leave it out and count it")
+    common.add_argument("--few_captions", choices=("stop", "skip", "repeat"), default=None,
+                        help="an image with fewer captions than the dataset keeps (five; captions_table: "
+                             "--captions_per_image): stop naming it (default), or leave it out and count it "
+                             "(skip; captions_table's default), or fill it up by repeating its captions cyclically "
+                             "(repeat; captions_table only, counted: repeats inflate R@K a little)")
     common.add_argument("--images", help="image folder (karpathy: required; flickr8k, coco_captions: optional, "
-                                         "without it the dataset is captions-only)")
+                                         "without it the dataset is captions-only; captions_table: the folder "
+                                         "relative paths start from, default the table's folder)")
     synthetic = parser.add_argument_group("synthetic")
     synthetic.add_argument("--num_scenes", type=int, default=3000)
     synthetic.add_argument("--seed", type=int, default=0)
@@ -98,6 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
     coco = parser.add_argument_group("coco_captions")
     coco.add_argument("--coco_captions", help="comma-separated COCO caption files, e.g. "
                                               "captions_train2014.json,captions_val2014.json")
+    table = parser.add_argument_group("captions_table: your own CSV or JSON Lines of image path + caption "
+                                      "(kitm.data.captions_table)")
+    table.add_argument("--captions", help="the table: .csv/.tsv (header row) or .jsonl/.ndjson (one object per line)")
+    table.add_argument("--captions_format", choices=("auto", "csv", "jsonl"), default="auto",
+                       help="the table's format; auto: from the file name")
+    table.add_argument("--image_column", default="filepath", help="column (JSON key) of the image paths (open_clip's "
+                       "--csv-img-key default)")
+    table.add_argument("--caption_column", default="title", help="column (JSON key) of the captions (open_clip's "
+                       "--csv-caption-key default)")
+    table.add_argument("--split_column", default=None, help="column (JSON key) holding train, val or test; without "
+                       "it the images are split at random (--val_images, --test_images, --split_seed)")
+    table.add_argument("--csv_separator", default="auto", help="CSV field separator: a character, or tab; auto: tab "
+                       "when the header line holds one (open_clip's --csv-separator default), else a comma")
+    table.add_argument("--captions_per_image", default="auto", help="captions kept per image (C); auto: the count "
+                       "the most images have. Images with more keep their first C; fewer: see --few_captions")
+    table.add_argument("--val_images", default=None, help="random split: validation images, a count (500), a "
+                       "fraction (0.05) or auto (5%%, at least 2, at most 1000; the default); 0 for none")
+    table.add_argument("--test_images", default=None, help="random split: test images, as --val_images")
+    table.add_argument("--split_seed", type=int, default=0, help="random split: the seed of the draw")
     precomputed = parser.add_argument_group("precomputed (VSE++ / SCAN)")
     precomputed.add_argument("--features_dir", help="folder holding <name>/{split}_ims.npy and {split}_caps.txt")
     precomputed.add_argument("--name", help="the feature set's folder and dataset name, e.g. f30k_precomp")
@@ -127,7 +152,11 @@ def run(args: argparse.Namespace):
     image_neighbors = image_neighbor_options(args)
     rows = {"relevance": args.relevance, "sentence_model": args.sentence_model, "neighbors_k": args.neighbors_k,
             "num_shards": args.num_shards, "progress": not args.quiet, "image_neighbors": image_neighbors}
-    captions = {"empty_captions": args.empty_captions, "few_captions": args.few_captions, "limit": args.limit}
+    few_captions = args.few_captions or ("skip" if args.dataset == "captions_table" else "stop")
+    if few_captions == "repeat" and args.dataset != "captions_table":
+        raise KitmDataError(f"--few_captions=repeat is for --dataset=captions_table; --dataset={args.dataset} "
+                            "takes stop or skip (its benchmarks compare runs on five distinct captions per image).")
+    captions = {"empty_captions": args.empty_captions, "few_captions": few_captions, "limit": args.limit}
     if args.dataset == "synthetic":
         from kitm.data.converter_common import claim_output, image_neighbor_parameters
         from kitm.data.synthetic_records import build_synthetic
@@ -161,6 +190,15 @@ def run(args: argparse.Namespace):
         files = [path.strip() for path in args.coco_captions.split(",") if path.strip()]
         return build_coco_captions(args.out, files, args.karpathy_json, args.images,
                                    missing_images=args.missing_images, **captions, **rows)
+    if args.dataset == "captions_table":
+        from kitm.data.captions_table import build_captions_table
+
+        _need(args, "captions_table", "captions")
+        return build_captions_table(
+            args.out, args.captions, args.images, image_column=args.image_column, caption_column=args.caption_column,
+            split_column=args.split_column, csv_separator=args.csv_separator, captions_format=args.captions_format,
+            captions_per_image=args.captions_per_image, val_images=args.val_images, test_images=args.test_images,
+            split_seed=args.split_seed, missing_images=args.missing_images, **captions, **rows)
     from kitm.data.precomputed import build_precomputed
 
     _need(args, "precomputed", "features_dir")

@@ -36,6 +36,12 @@ BUILD_COMMANDS = {
     "coco_precomp": "python -m kitm.data.build --dataset=precomputed --features_dir=<dir> --name=coco_precomp "
                     "--out={data_dir}",
 }
+# Any other name is taken for the user's own data: a table of image path + caption (kitm.data.captions_table), or a
+# Karpathy split JSON.
+OWN_DATA_BUILD_COMMAND = ("python -m kitm.data.build --dataset=captions_table --captions=<your .csv or .jsonl of "
+                          "image path + caption> --images=<image folder> --out={data_dir}\n  (or, for a Karpathy split "
+                          "JSON: python -m kitm.data.build --dataset=karpathy --karpathy_json=<split json> "
+                          "--images=<image folder> --out={data_dir})")
 
 _PHOTO_PRESETS = {
     "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
@@ -121,8 +127,7 @@ def build_command(config: ExperimentConfig, directory, image_mode: str | None = 
                    f"--num_scenes={data.synthetic_num_scenes} --seed={config.training.seed} "
                    f"--image_size={data.image_size} --relevance={','.join(synthetic_relevance_rows(config))}")
     else:
-        command = BUILD_COMMANDS.get(data.dataset, "python -m kitm.data.build --dataset=karpathy "
-                                     "--karpathy_json=<split json> --images=<image folder> --out={data_dir}")
+        command = BUILD_COMMANDS.get(data.dataset, OWN_DATA_BUILD_COMMAND)
     if "image_neighbors" in required_relevance_slots(config):
         if image_mode in ("feature", "regions") or (image_mode is None and data.dataset.endswith("_precomp")):
             space = "features"  # the stored vectors

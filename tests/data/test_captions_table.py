@@ -1,0 +1,389 @@
+"""`python -m kitm.data.build --dataset=captions_table`: your own CSV (open_clip's layout) or JSON Lines of image
+path + caption, with images generated here. Round trip through kitm.data.pipeline, the captions-per-image rule in
+every branch, the column and the seeded random split, every bad input named by file, line and column, a killed
+build resuming, and the relevance rows."""
+
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kitm.data import schema
+from kitm.data.build import main
+from kitm.data.captions_table import (apply_caption_rule, auto_captions_per_image, build_captions_table,
+                                      load_table_entries, random_split, split_sizes)
+from kitm.data.records import parse_record, read_records
+from kitm.data.synthetic_records import encode_png
+from kitm.errors import KitmDataError
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+COLOURS = ["red", "blue", "green", "yellow", "black", "white", "pink", "brown"]
+
+
+def _records(root, split):
+    info = schema.load_info(root)
+    spec = schema.feature_spec(info)
+    return [{key: value.numpy() for key, value in parse_record(path, record, spec).items()}
+            for path, record in read_records(info.shard_paths(root, split), cycle_length=1)]
+
+
+def _image(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.zeros((6, 8, 3), np.uint8)
+    pixels[..., 0], pixels[..., 1] = value % 256, (value * 37) % 256
+    path.write_bytes(encode_png(pixels))
+
+
+def _caption(image, k):
+    return f"a {COLOURS[image % 8]} thing number {image} seen {['once', 'twice', 'again', 'later'][k % 4]} {k}"
+
+
+def _rows(counts):
+    """(image name, caption) rows for images with the given caption counts, interleaved: every image's first
+    caption, then every image's second..., so grouping by path is exercised."""
+    return [(f"photos/im{i}.png", _caption(i, k)) for k in range(max(counts)) for i, n in enumerate(counts) if k < n]
+
+
+def _write_csv(path, rows, header=("filepath", "title"), delimiter="\t"):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def _table(tmp_path, counts, name="table.csv", **kwargs):
+    """A CSV under tmp_path with its images in tmp_path/photos/."""
+    rows = _rows(counts)
+    for i in range(len(counts)):
+        _image(tmp_path / "photos" / f"im{i}.png", i)
+    return _write_csv(tmp_path / name, rows, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round trip.
+
+@pytest.mark.slow
+def test_csv_round_trip_through_the_pipeline(tmp_path, capsys):
+    table = _table(tmp_path, [3] * 12)
+    out = tmp_path / "mine"
+    assert main(["--dataset=captions_table", f"--captions={table}", f"--out={out}", "--relevance=cider",
+                 "--num_shards=2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "Read 36 row(s)" in printed and "tab-separated" in printed and "Captions per image: 3" in printed
+    info = schema.load_info(out)
+    assert (info.name, info.captions_per_image, info.image_mode) == ("mine", 3, "encoded")
+    assert {split: info.num_images(split) for split in info.splits} == {"train": 8, "val": 2, "test": 2}
+    assert info.source["split"]["rule"] == "random" and info.source["csv_separator"] == "\t"
+    seen = []
+    for split in ("train", "val", "test"):
+        for record in _records(out, split):
+            key = record["image/key"].decode()
+            i = int(key.removeprefix("photos/im").removesuffix(".png"))
+            seen.append((int(record["image/id"]), i))
+            assert [c.decode() for c in record["captions"]] == [_caption(i, k) for k in range(3)]  # file order
+            assert record["image/encoded"] == (tmp_path / key).read_bytes()  # bytes as on disk
+            assert schema.CIDER_KEYS in record
+    assert sorted(seen) == [(i, i) for i in range(12)]  # ids follow the table's order of first appearance
+
+    from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
+    from kitm.layers import CaptionTokenizer, build_vocabulary
+
+    tokenizer = CaptionTokenizer(build_vocabulary(training_captions(out)), max_length=12)
+    batch = next(iter(evaluation_dataset(out, "val", tokenizer, PipelineConfig(batch_size=4, image_size=8))))
+    assert batch["image"].shape == (2, 8, 8, 3) and batch["tokens"].shape[:2] == (2, 3)
+    x, y = next(iter(training_dataset(out, "train", tokenizer,
+                                      PipelineConfig(batch_size=4, image_size=8, relevance="cider"))))
+    assert y["relevance"].shape == (4, 4)
+
+
+def test_jsonl_with_a_split_column_absolute_paths_and_blank_lines(tmp_path):
+    images = tmp_path / "pictures"
+    lines = []
+    for i, split in enumerate(["train", "train", "val", "train", "test", "val", "train"]):
+        _image(images / f"p{i}.png", i)
+        path = str(images / f"p{i}.png") if i % 2 else f"p{i}.png"  # absolute, or relative to --images
+        lines += [json.dumps({"image": path, "text": _caption(i, k), "split": split, "extra": [1, 2]})
+                  for k in range(2)] + [""]
+    (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    info = build_captions_table(tmp_path / "out", tmp_path / "pairs.jsonl", images, image_column="image",
+                                caption_column="text", split_column="split", relevance=(), progress=False)
+    assert info.source["format"] == "jsonl" and info.source["split"] == {
+        "rule": "column", "column": "split", "images": {"train": 4, "val": 2, "test": 1}}
+    assert [int(r["image/id"]) for r in _records(tmp_path / "out", "val")] == [2, 5]
+    assert [r["image/key"].decode() for r in _records(tmp_path / "out", "test")] == ["p4.png"]
+    assert _records(tmp_path / "out", "train")[1]["image/key"].decode() == str(images / "p1.png")
+
+
+def test_comma_separated_quoted_multiline_captions_and_relative_to_the_table(tmp_path):
+    rows = [("photos/im0.png", 'a dog, "Rex", runs'), ("photos/im1.png", "two\nlines"),
+            ("photos/im0.png", "a second caption"), ("photos/im1.png", "and another"),
+            ("photos/im2.png", "third"), ("photos/im2.png", "third again")]
+    for i in range(3):
+        _image(tmp_path / "photos" / f"im{i}.png", i)
+    table = _write_csv(tmp_path / "t.csv", rows, header=("filepath", "title"), delimiter=",")
+    entries, report = load_table_entries(table, val_images=0, test_images=0)
+    assert report["csv_separator"] == "," and report["images"] == str(tmp_path)
+    assert [e.captions for e in entries] == [['a dog, "Rex", runs', "a second caption"], ["two\nlines", "and another"],
+                                             ["third", "third again"]]
+    assert [e.location[1] for e in entries] == [2, 3, 7]  # each image's first line; lines 3-4 are one record
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Captions per image.
+
+def test_auto_captions_per_image_is_the_most_common_count_ties_to_the_smaller():
+    assert auto_captions_per_image([5, 5, 6, 7, 5, 4]) == 5
+    assert auto_captions_per_image([1, 1, 2, 2, 3]) == 1
+    assert auto_captions_per_image([0, 0, 0, 2]) == 2  # images without captions do not vote
+
+
+def test_caption_rule_more_fewer_skip_repeat_and_stop(tmp_path, capsys):
+    table = _table(tmp_path, [3, 3, 5, 3, 1, 2, 3, 3])  # auto: 3; image 2 has more, images 4 and 5 fewer
+    entries, report = load_table_entries(table, val_images=0, test_images=0)
+    rule = report["caption_rule"]
+    assert rule["captions_per_image"] == 3 and rule["images_by_caption_count"] == {"1": 1, "2": 1, "3": 5, "5": 1}
+    assert (rule["images_with_extra_captions"], rule["extra_captions_dropped"]) == (1, 2)
+    assert rule["images_left_out_with_fewer_captions"] == 2 and rule["images_with_repeated_captions"] == 0
+    assert [e.key for e in entries] == [f"photos/im{i}.png" for i in (0, 1, 2, 3, 6, 7)]
+    assert entries[2].captions == [_caption(2, k) for k in range(3)]  # the first three in file order
+
+    entries, report = load_table_entries(table, val_images=0, test_images=0, few_captions="repeat")
+    rule = report["caption_rule"]
+    assert (rule["images_with_repeated_captions"], rule["repeated_captions"]) == (2, 3)
+    by_key = {e.key: e.captions for e in entries}
+    assert by_key["photos/im4.png"] == [_caption(4, 0)] * 3
+    assert by_key["photos/im5.png"] == [_caption(5, 0), _caption(5, 1), _caption(5, 0)]  # cyclic
+
+    entries, report = load_table_entries(table, val_images=0, test_images=0, captions_per_image=2)
+    assert report["caption_rule"]["images_with_extra_captions"] == 6 and len(entries) == 7
+
+    with pytest.raises(KitmDataError, match=r"table.csv, line 6, column 'filepath': image photos/im4.png has 1 "
+                                            r"caption\(s\); this build keeps 3 per image. Pass few_captions=skip"):
+        load_table_entries(table, val_images=0, test_images=0, few_captions="stop")
+
+    # The command line prints each count and stores the rule in dataset.json.
+    assert main(["--dataset=captions_table", f"--captions={table}", f"--out={tmp_path / 'out'}", "--relevance=none",
+                 "--few_captions=repeat", "--val_images=2", "--test_images=0", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 image(s) have more than 3: they keep their first 3 (2 caption(s) dropped)" in printed
+    assert "2 image(s) have fewer than 3 caption(s): filled by repeating them (3 repeated caption(s)" in printed
+    stored = schema.load_info(tmp_path / "out").source["caption_rule"]
+    assert stored["few_captions"] == "repeat" and stored["repeated_captions"] == 3
+    assert main(["--dataset=karpathy", "--karpathy_json=x", "--images=y", f"--out={tmp_path / 'k'}",
+                 "--few_captions=repeat"]) == 2
+    assert "--few_captions=repeat is for --dataset=captions_table" in capsys.readouterr().err
+
+
+def test_apply_caption_rule_rejects_an_unknown_policy(tmp_path):
+    with pytest.raises(KitmDataError, match="few_captions must be one of"):
+        apply_caption_rule([], 3, "pad", None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Splits.
+
+def test_random_split_is_seeded_and_sized_by_count_fraction_or_auto(tmp_path):
+    assert split_sizes(100) == (5, 5) and split_sizes(10) == (2, 2) and split_sizes(100_000) == (1000, 1000)
+    assert split_sizes(100, "10", "0.2") == (10, 20) and split_sizes(100, 0, 0.001) == (0, 1)
+    first = random_split(50, 5, 7, seed=3)
+    assert first == random_split(50, 5, 7, seed=3) and first != random_split(50, 5, 7, seed=4)
+    assert (first.count("val"), first.count("test"), first.count("train")) == (5, 7, 38)
+    table = _table(tmp_path, [2] * 20)
+    keys = {seed: [(e.key, e.split) for e in load_table_entries(table, split_seed=seed)[0]] for seed in (0, 0, 1)}
+    assert keys[0] == [(e.key, e.split) for e in load_table_entries(table, split_seed=0)[0]] != keys[1]
+    assert [key for key, _ in keys[0]] == [f"photos/im{i}.png" for i in range(20)]  # table order in every split
+    with pytest.raises(KitmDataError, match=r"Too few images for the split: 20 image\(s\) cannot give 10 validation "
+                                            r"and 9 test image\(s\) and keep 2 for training. Lower val_images"):
+        load_table_entries(table, val_images=10, test_images=9)
+    with pytest.raises(KitmDataError, match=r"a fraction must be below 1"):
+        load_table_entries(table, val_images="1.5")
+    with pytest.raises(KitmDataError, match=r"val_images must be a count of images, a fraction below 1 or auto"):
+        load_table_entries(table, val_images="many")
+
+
+def test_split_column_values_and_sizes(tmp_path):
+    for i in range(4):
+        _image(tmp_path / "photos" / f"im{i}.png", i)
+    rows = [("photos/im0.png", "a", "train"), ("photos/im1.png", "b", "train"), ("photos/im2.png", "c", "valid")]
+    table = _write_csv(tmp_path / "s.csv", rows, header=("filepath", "title", "split"))
+    with pytest.raises(KitmDataError, match=r"s.csv, line 4, column 'split': split 'valid' is not one of train, val, "
+                                            r"test"):
+        load_table_entries(table, split_column="split")
+    rows[2] = ("photos/im0.png", "c", "test")
+    _write_csv(table, rows, header=("filepath", "title", "split"))
+    with pytest.raises(KitmDataError, match=r"line 4, column 'split': image photos/im0.png is in split 'test' here "
+                                            r"but 'train' on line 2"):
+        load_table_entries(table, split_column="split")
+    rows[1] = ("photos/im1.png", "b", "val")
+    rows[2] = ("photos/im2.png", "c", "val")
+    _write_csv(table, rows, header=("filepath", "title", "split"))
+    with pytest.raises(KitmDataError, match=r"Too few images for the split: column 'split' of .*s.csv puts 1 "
+                                            r"image\(s\) in train"):
+        load_table_entries(table, split_column="split")
+    with pytest.raises(KitmDataError, match=r"split_column=split gives the splits; val_images"):
+        load_table_entries(table, split_column="split", val_images=3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input: every message names the file, the line and the column (or key).
+
+def test_bad_csv_input_names_file_line_and_column(tmp_path, capsys):
+    _table(tmp_path, [2, 2, 2, 2])
+    good = _rows([2, 2, 2, 2])
+    cases = [
+        (dict(header=("path", "title")), r"t.csv, line 1, column 'filepath': no such column \(the image column\); the "
+                                         r"header has \['path', 'title'\] when split at tab. Name the right one with "
+                                         r"image_column=..."),
+        (dict(header=("filepath", "title", "title"), rows=[r + ("x",) for r in good]),
+         r"t.csv, line 1: the header names column 'title' twice \(columns 2 and 3\)"),
+        (dict(rows=good[:3] + [(good[3][0], "   ")] + good[4:]),
+         r"t.csv, line 5, column 'title': the caption of image photos/im3.png is empty \('   '\); pass "
+         r"empty_captions=skip"),
+        (dict(rows=good[:2] + [("photos/nowhere.png", "a caption")] + good[2:]),
+         r"t.csv, line 4, column 'filepath': image .*nowhere.png does not exist \(1 of the table's images are "
+         r"missing\); pass missing_images=skip"),
+        (dict(rows=good[:1] + [("", "a caption")]), r"t.csv, line 3, column 'filepath': the image path is empty"),
+        (dict(rows=good[:1] + [(good[1][0], "a", "b")]), r"t.csv, line 3: 3 field\(s\) where the header has 2 "
+                                                         r"\(separator tab"),
+    ]
+    for case, message in cases:
+        _write_csv(tmp_path / "t.csv", case.get("rows", good), header=case.get("header", ("filepath", "title")))
+        with pytest.raises(KitmDataError, match=message):
+            load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    (tmp_path / "t.csv").write_bytes(b"filepath\ttitle\nphotos/im0.png\tcaf\xe9\n")
+    with pytest.raises(KitmDataError, match=r"t.csv, line 2 is not UTF-8"):
+        load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    (tmp_path / "t.txt").write_text("x")
+    with pytest.raises(KitmDataError, match=r"cannot tell the table's format .*captions_format=csv or jsonl"):
+        load_table_entries(tmp_path / "t.txt")
+    # Through the command line, options read as flags.
+    _write_csv(tmp_path / "t.csv", good[:3] + [(good[3][0], "")] + good[4:])
+    assert main(["--dataset=captions_table", f"--captions={tmp_path / 't.csv'}", f"--out={tmp_path / 'o'}",
+                 "--quiet"]) == 2
+    assert "line 5, column 'title': the caption of image photos/im3.png is empty ('')" in capsys.readouterr().err
+    assert main(["--dataset=captions_table", f"--out={tmp_path / 'o'}"]) == 2
+    assert "--dataset=captions_table needs --captions" in capsys.readouterr().err
+    # Skipped, counted and reported instead when asked.
+    _write_csv(tmp_path / "t.csv", good[:2] + [("photos/nowhere.png", "x"), ("photos/im0.png", " ")] + good[2:])
+    entries, report = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0, missing_images="skip",
+                                         empty_captions="skip")
+    assert len(entries) == 4 and report["skipped_missing"] == 1 and report["empty_captions_dropped"] == 1
+
+
+def test_bad_jsonl_input_names_file_line_and_key(tmp_path):
+    _image(tmp_path / "a.png", 1)
+    good = json.dumps({"filepath": "a.png", "title": "a caption"})
+    cases = [
+        ('{"filepath": "a.png", "title": "x"', r"j.jsonl, line 3: not valid JSON \(Expecting ',' delimiter at "
+                                               r"character 35\)"),
+        ('["a.png", "x"]', r"j.jsonl, line 3: expected a JSON object, got list"),
+        ('{"filepath": "a.png", "caption": "x"}', r"j.jsonl, line 3, key 'title': no such key \(the caption key; "
+                                                  r"the object has \['caption', 'filepath'\]\). Name the right one "
+                                                  r"with caption_column"),
+        ('{"filepath": "a.png", "title": 7}', r"j.jsonl, line 3, key 'title': expected text, got 7"),
+        ('{"filepath": "a.png", "title": ""}', r"j.jsonl, line 3, key 'title': the caption of image a.png is empty"),
+    ]
+    for bad, message in cases:
+        (tmp_path / "j.jsonl").write_text("\n".join([good, "", bad, good]) + "\n")
+        with pytest.raises(KitmDataError, match=message):
+            load_table_entries(tmp_path / "j.jsonl", val_images=0, test_images=0)
+    (tmp_path / "j.jsonl").write_text("\n")
+    with pytest.raises(KitmDataError, match=r"j.jsonl has no rows"):
+        load_table_entries(tmp_path / "j.jsonl")
+
+
+def test_an_image_that_does_not_decode_is_named_by_its_row(tmp_path):
+    table = _table(tmp_path, [2] * 6)
+    (tmp_path / "photos" / "im4.png").write_bytes(b"not a png at all")
+    with pytest.raises(KitmDataError, match=r"table.csv, line 6, column 'filepath': image .*im4.png does not decode"):
+        build_captions_table(tmp_path / "out", table, val_images=0, test_images=0, num_shards=3, relevance=(),
+                             progress=False)
+    assert (tmp_path / "out" / "train-00000-of-00003.tfrecord").is_file()  # the shards before it are kept
+    from PIL import Image
+
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "photos" / "im4.png", format="TIFF")
+    with pytest.raises(KitmDataError, match=r"line 6, column 'filepath': image .*im4.png is TIFF; TensorFlow decodes "
+                                            r"JPEG, PNG, GIF, BMP and WebP"):
+        build_captions_table(tmp_path / "out2", table, val_images=0, test_images=0, relevance=(), progress=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resuming, and the relevance rows.
+
+_KILLING_BUILD = """
+import os, signal, sys
+import kitm.data.converter_common as common
+real, calls = common.make_example, [0]
+def make_example(**kwargs):
+    calls[0] += 1
+    if calls[0] == int(os.environ["KILL_AT_RECORD"]):
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no exception handlers: as a killed job
+    return real(**kwargs)
+common.make_example = make_example
+from kitm.data.build import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _examples(root):
+    return {path.name: [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(str(path))]
+            for path in sorted(pathlib.Path(root).glob("*.tfrecord"))}
+
+
+def _state(root):
+    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
+
+
+@pytest.mark.slow
+def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path):
+    table = _table(tmp_path, [2] * 14)
+    flags = ["--dataset=captions_table", f"--captions={table}", "--val_images=1", "--test_images=1",
+             "--num_shards=4", "--relevance=cider", "--quiet"]
+    root = tmp_path / "killed" / "mine"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KILL_AT_RECORD": "8", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", _KILLING_BUILD, *flags, f"--out={root}"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == -9, result.stderr[-2000:]
+    # Train holds 12 images in 4 shards of 3: shards 0 and 1 were finished, shard 2 died at its second record.
+    assert not (root / schema.INFO_FILE).exists()
+    assert sorted(_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
+    before = _state(root)
+    assert main([*flags, f"--out={root}"]) == 0
+    after = _state(root)
+    assert all(after[name] == state for name, state in before.items())  # finished shards were not rewritten
+    assert not list(root.glob("*.tmp"))
+    clean = tmp_path / "clean" / "mine"
+    assert main([*flags, f"--out={clean}"]) == 0
+    assert _examples(root) == _examples(clean)  # field by field: the same records
+    assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
+
+    (root / schema.INFO_FILE).unlink()
+    with open(table, "a", encoding="utf-8") as handle:
+        handle.write("photos/im0.png\tone more caption\n")
+    with pytest.raises(KitmDataError, match=r"other parameters \(captions_sha256: before"):
+        build_captions_table(root, table, val_images="1", test_images="1", num_shards=4, relevance=("cider",),
+                             progress=False)
+
+
+@pytest.mark.slow
+def test_sentence_and_neighbour_rows(tmp_path):
+    from kitm.relevance import sentence_embeddings
+
+    table = _table(tmp_path, [2] * 10)
+    info = build_captions_table(tmp_path / "out", table, val_images=3, test_images=0, neighbors_k=3,
+                                relevance=("cider", "sbert", "neighbors"), progress=False)
+    assert sorted(info.relevance) == ["cider", "neighbors", "sbert"] and info.relevance["neighbors"]["k"] == 3
+    records = _records(tmp_path / "out", "train")
+    captions = [c.decode() for r in records for c in r["captions"]]
+    stored = np.concatenate([r[schema.SBERT_EMBEDDINGS].reshape(2, -1) for r in records])
+    np.testing.assert_allclose(stored, sentence_embeddings(captions), atol=1e-5)
+    neighbours = np.concatenate([r[schema.NEIGHBOR_CAPTION_IDS].reshape(2, 3) for r in records])
+    ids = np.concatenate([r["caption/ids"] for r in records])
+    assert np.isin(neighbours, ids).all() and not np.any(neighbours // 2 == ids[:, None] // 2)
