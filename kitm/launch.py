@@ -60,13 +60,33 @@ flags.DEFINE_integer("vocab_min_count", _default("vocab_min_count"),
                      "Words seen fewer times in training captions become [UNK].", lower_bound=1)
 # Model.
 flags.DEFINE_string("image_encoder", _default("image_encoder"), "Image tower, by its name in "
-                    "kitm.experiment.encoders.IMAGE_ENCODERS: small_cnn, resnet50, resnet152, features_mlp, or one "
+                    "kitm.experiment.encoders.IMAGE_ENCODERS: small_cnn, resnet50, resnet152, features_mlp, hub "
+                    "(--image_preset), or one "
                     "registered with kitm.experiment.register_image_encoder.")
 flags.DEFINE_string("weights", _default("weights"), "ResNet weights: imagenet, none, or a weights file.")
 flags.DEFINE_bool("finetune_backbone", _default("finetune_backbone"), "Train the ResNet backbone too (VSE++ 'FT').")
 flags.DEFINE_integer("embedding_dim", _default("embedding_dim"), "Joint embedding size D.", lower_bound=1)
 flags.DEFINE_integer("word_dim", _default("word_dim"), "Word embedding size.", lower_bound=1)
 flags.DEFINE_integer("text_units", _default("text_units"), "GRU units per direction.", lower_bound=1)
+flags.DEFINE_enum("text_encoder", _default("text_encoder"), ["gru", "hub"],
+                  "Text tower: gru (word embeddings + BiGRU on the training vocabulary) or hub (--text_preset).")
+flags.DEFINE_string("image_preset", _default("image_preset"),
+                    "--image_encoder=hub: keras-hub preset handle (CLIP/SigLIP vision, ViT, DINOv2, ResNet; downloads "
+                    "on first use) or a local preset directory.")
+flags.DEFINE_string("text_preset", _default("text_preset"),
+                    "--text_encoder=hub: keras-hub preset handle (CLIP/SigLIP text, BERT, MiniLM-style BERT) or a "
+                    "local preset directory; its tokenizer runs in the input pipeline and the SavedModel.")
+flags.DEFINE_string("joint_preset", _default("joint_preset"),
+                    "One CLIP or SigLIP preset (handle or local directory) for both towers, their projections and "
+                    "the logit scale: training starts from its joint space (sets --embedding_dim).")
+flags.DEFINE_bool("freeze_image_tower", _default("freeze_image_tower"),
+                  "Keep the image tower's weights as loaded (LiT); its projection still trains.")
+flags.DEFINE_bool("freeze_text_tower", _default("freeze_text_tower"), "Keep the text tower's weights as loaded.")
+flags.DEFINE_float("image_tower_lr_multiplier", _default("image_tower_lr_multiplier"),
+                   "The image tower's learning rate is --learning_rate x this (e.g. 0.1 for a pretrained tower).",
+                   lower_bound=0.0)
+flags.DEFINE_float("text_tower_lr_multiplier", _default("text_tower_lr_multiplier"),
+                   "The text tower's learning rate is --learning_rate x this.", lower_bound=0.0)
 # Objective.
 flags.DEFINE_list("loss", _default("loss"),
                   "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x the "

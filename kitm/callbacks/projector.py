@@ -106,7 +106,7 @@ class ProjectorCallback(keras.callbacks.Callback):
             keep = self.num_images - seen
             if keep <= 0:
                 break
-            batch = {key: value[:keep] for key, value in batch.items()}
+            batch = tf.nest.map_structure(lambda value: value[:keep], batch)  # tokens may be a dict
             seen += int(tf.shape(batch["image"])[0])
             encode = paired_encoder(self.model, batch["image"].shape.rank)
             image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])

@@ -138,7 +138,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
                 keep = min(int(tf.shape(pixels)[0]), self.num_images - seen)
                 if keep <= 0:
                     break
-                batch = {key: value[:keep] for key, value in batch.items()}
+                batch = tf.nest.map_structure(lambda value: value[:keep], batch)  # tokens may be a dict
                 pixels = batch["image"]
             # One compiled function per model, kept across evaluations (a new one would retrace every time).
             image_embeddings, text_embeddings = paired_encoder(self.model, pixels.shape.rank)(pixels, batch["tokens"])

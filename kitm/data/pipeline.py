@@ -404,8 +404,8 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
     def tokenize(batch):
         captions = batch["captions"]
         shape = tf.shape(captions)
-        tokens = tokenizer(tf.reshape(captions, [-1]))
-        batch["tokens"] = tf.reshape(tokens, [shape[0], shape[1], -1])
+        tokens = tokenizer(tf.reshape(captions, [-1]))  # a tensor, or a dict of them (keras-hub text towers)
+        batch["tokens"] = tf.nest.map_structure(lambda ids: tf.reshape(ids, [shape[0], shape[1], -1]), tokens)
         return batch
 
     dataset = records.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -44,6 +44,16 @@ class ModelConfig:
     embedding_dim: int = 1024
     word_dim: int = 300
     text_units: int = 512
+    # keras-hub towers (kitm.layers.hub_towers): image_encoder="hub" / text_encoder="hub" with a preset handle or a
+    # local preset directory each, or joint_preset (one CLIP or SigLIP preset: both towers, projections, logit scale).
+    text_encoder: str = "gru"  # gru (the papers' BiGRU on kitm's vocabulary) or hub (text_preset)
+    image_preset: str | None = None
+    text_preset: str | None = None
+    joint_preset: str | None = None
+    freeze_image_tower: bool = False  # LiT: the image tower's weights stay as loaded
+    freeze_text_tower: bool = False
+    image_tower_lr_multiplier: float = 1.0  # the image tower's learning rate = learning_rate x this
+    text_tower_lr_multiplier: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,3 +65,196 @@ def build_image_encoder(config: ExperimentConfig):
 
 def build_text_encoder(config: ExperimentConfig, vocabulary_size: int, name: str = "gru"):
     return TEXT_ENCODERS[name](config, vocabulary_size)
+
+
+# keras-hub towers (kitm.layers.hub_towers): a preset handle or local preset directory per tower, or one CLIP /
+# SigLIP preset for both (joint_preset).
+HUB = "hub"
+# The contrastive losses' settings that take the joint preset's temperature (log scale t, logits = exp(t) * cosine)
+# and SigLIP's bias, when the objective section has them and they were not given explicitly.
+LOGIT_SCALE_SETTINGS = ("logit_scale_init",)
+LOGIT_BIAS_SETTINGS = ("logit_bias_init",)
+
+
+def uses_hub_text(config: ExperimentConfig) -> bool:
+    return config.model.text_encoder == HUB or bool(config.model.joint_preset)
+
+
+def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
+    """Check the tower settings against each other; with `joint_preset`, both towers are keras-hub ones."""
+    model = config.model
+    if model.text_encoder not in TEXT_ENCODERS:
+        raise KitmConfigError(f"{option('text_encoder')}={model.text_encoder}: unknown; choose from "
+                              f"{', '.join(TEXT_ENCODERS)}.")
+    for name, value in (("image_tower_lr_multiplier", model.image_tower_lr_multiplier),
+                        ("text_tower_lr_multiplier", model.text_tower_lr_multiplier)):
+        if not value >= 0:
+            raise KitmConfigError(f"{option(name)}={value}: a learning-rate multiplier is >= 0.")
+    if model.joint_preset:
+        for name in ("image_preset", "text_preset"):
+            if config.get(name):
+                raise KitmConfigError(f"{option('joint_preset')} gives both towers; drop {option(name)} (or drop "
+                                      f"{option('joint_preset')} and give {option('image_preset')} and "
+                                      f"{option('text_preset')}).")
+        for name in ("image_encoder", "text_encoder"):
+            if name in config.explicit and config.get(name) != HUB:
+                raise KitmConfigError(f"{option('joint_preset')} makes both towers keras-hub ones; drop "
+                                      f"{option(name)}={config.get(name)} (or set it to {HUB}).")
+        return config._with({"image_encoder": HUB, "text_encoder": HUB}, explicit=False)
+    if model.image_encoder == HUB and not model.image_preset:
+        raise KitmConfigError(f"{option('image_encoder')}={HUB} needs {option('image_preset')}: a keras-hub preset "
+                              "handle (e.g. clip_vit_base_patch32, vit_base_patch16_224_imagenet, "
+                              "dinov2_small, resnet_50_imagenet) or a local preset directory.")
+    if model.text_encoder == HUB and not model.text_preset:
+        raise KitmConfigError(f"{option('text_encoder')}={HUB} needs {option('text_preset')}: a keras-hub preset "
+                              "handle (e.g. clip_vit_base_patch32, siglip_base_patch16_224, bert_small_en_uncased) "
+                              "or a local preset directory.")
+    for name, tower in (("image_preset", "image_encoder"), ("text_preset", "text_encoder")):
+        if config.get(name) and config.get(tower) != HUB:
+            raise KitmConfigError(f"{option(name)} is read by {option(tower)}={HUB} only; got {option(tower)}="
+                                  f"{config.get(tower)}.")
+    return config
+
+
+def _text_preset(config: ExperimentConfig) -> tuple[str, str]:
+    return (config.model.joint_preset, "joint_preset") if config.model.joint_preset else (
+        config.model.text_preset, "text_preset")
+
+
+def _preset_config(preset: str, setting: str) -> dict:
+    """The preset's config.json (for a handle, only that file is fetched)."""
+    import json
+
+    from kitm.layers import hub_presets
+
+    try:
+        from keras_hub.src.utils.preset_utils import get_file
+
+        path = get_file(preset, "config.json") if not hub_presets.is_local_preset(preset) else None
+    except Exception as error:
+        raise hub_presets._offline_or_unknown(preset, setting, error) from None
+    import os
+
+    path = path or os.path.join(os.path.expanduser(preset), "config.json")
+    if not os.path.isfile(path):
+        raise KitmConfigError(f"{option(setting)}={preset}: the directory has no config.json; a local preset is a "
+                              "directory written by keras-hub's save_to_preset.")
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def build_hub_tokenizer(config: ExperimentConfig):
+    """The text preset's tokenizer packing captions into its backbone's inputs (kitm.layers.hub_tokenizers).
+
+    Captions keep `max_caption_length` tokens, start and end included, at most the encoder's position count; SigLIP's
+    text encoder adds its position embeddings to all of them, so its captions are always padded to that count."""
+    from kitm.layers.hub_presets import TEXT_FAMILIES, _FAMILY_OF_CLASS, load_tokenizer
+    from kitm.layers.hub_tokenizers import HubCaptionTokenizer
+
+    preset, setting = _text_preset(config)
+    described = _preset_config(preset, setting)
+    family = _FAMILY_OF_CLASS.get(described.get("class_name", ""))
+    if family not in TEXT_FAMILIES:
+        raise KitmConfigError(f"{option(setting)}={preset} is a keras-hub {described.get('class_name')}; text towers "
+                              f"come from the families {', '.join(TEXT_FAMILIES)}.")
+    inner = described["config"]
+    inner = inner.get("text_encoder", {}).get("config", inner)
+    positions = int(inner.get("max_sequence_length") or config.data.max_caption_length)
+    length = positions if family == "siglip" else min(config.data.max_caption_length, positions)
+    return HubCaptionTokenizer(load_tokenizer(preset, setting), family, length, name="tokenizer")
+
+
+def build_towers(config: ExperimentConfig, tokenizer):
+    """(image_encoder, text_encoder, joint) for the model; joint is a `kitm.layers.hub_towers.JointPreset` when the
+    towers come from `joint_preset` (it then sets the projections), else None. Build under the strategy's scope."""
+    if not config.model.joint_preset:
+        vocabulary_size = getattr(tokenizer, "vocabulary_size", 0)
+        return build_image_encoder(config), build_text_encoder(config, vocabulary_size,
+                                                               config.model.text_encoder), None
+    from kitm.layers.hub_presets import JOINT_FAMILIES, family_of, load_backbone
+    from kitm.layers.hub_towers import JointPreset
+
+    preset = config.model.joint_preset
+    backbone = load_backbone(preset, "joint_preset")
+    joint = JointPreset(backbone, family_of(backbone, preset, "joint_preset", JOINT_FAMILIES), preset)
+    model = config.model
+    if "embedding_dim" in config.explicit and model.embedding_dim != joint.embedding_dim:
+        raise KitmConfigError(f"{option('joint_preset')}={preset} has a {joint.embedding_dim}-dimensional joint "
+                              f"space; drop {option('embedding_dim')}={model.embedding_dim}.")
+    return (_hub_image_tower(config, backbone, preset, "joint_preset", joint.family),
+            _hub_text_tower(backbone, joint.family), joint)
+
+
+def _hub_image_tower(config: ExperimentConfig, backbone, preset: str, setting: str, family: str):
+    from kitm.layers.hub_presets import image_normalization
+    from kitm.layers.hub_towers import HubImageTower, _sub_backbone, check_image_size
+
+    scale, offset, _ = image_normalization(preset, family)
+    tower = HubImageTower(_sub_backbone(backbone, "image"), family, scale, offset, name="image_backbone")
+    check_image_size(tower, config.data.image_size, preset, setting)
+    return tower
+
+
+def _hub_text_tower(backbone, family: str):
+    from kitm.layers.hub_towers import HubTextTower, _sub_backbone
+
+    return HubTextTower(_sub_backbone(backbone, "text"), family, name="text_backbone")
+
+
+def _hub_image_encoder(config: ExperimentConfig):
+    from kitm.layers.hub_presets import IMAGE_FAMILIES, family_of, load_backbone
+
+    preset = config.model.image_preset
+    backbone = load_backbone(preset, "image_preset")
+    return _hub_image_tower(config, backbone, preset, "image_preset",
+                            family_of(backbone, preset, "image_preset", IMAGE_FAMILIES))
+
+
+def _hub_text_encoder(config: ExperimentConfig, vocabulary_size: int):
+    from kitm.layers.hub_presets import TEXT_FAMILIES, family_of, load_backbone
+
+    preset = config.model.text_preset
+    backbone = load_backbone(preset, "text_preset")
+    return _hub_text_tower(backbone, family_of(backbone, preset, "text_preset", TEXT_FAMILIES))
+
+
+IMAGE_ENCODERS[HUB] = _hub_image_encoder
+TEXT_ENCODERS[HUB] = _hub_text_encoder
+PRETRAINED_IMAGE_ENCODERS.add(HUB)
+
+
+def apply_tower_training(config: ExperimentConfig, model) -> None:
+    """Freeze the towers the settings freeze (before the optimizer is built: frozen weights get no slots)."""
+    if config.model.freeze_image_tower:
+        model.image_encoder.trainable = False
+    if config.model.freeze_text_tower:
+        model.text_encoder.trainable = False
+
+
+def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
+    """Adam; with a tower learning-rate multiplier other than 1, Adam with per-tower rates
+    (kitm.training.tower_learning_rates)."""
+    import keras
+
+    model_settings = config.model
+    if model_settings.image_tower_lr_multiplier == 1.0 and model_settings.text_tower_lr_multiplier == 1.0:
+        return keras.optimizers.Adam(learning_rate, **kwargs)
+    from kitm.training.tower_learning_rates import TowerLearningRateAdam
+
+    optimizer = TowerLearningRateAdam(learning_rate, **kwargs)
+    optimizer.set_multiplier(model.image_encoder.trainable_variables, model_settings.image_tower_lr_multiplier)
+    optimizer.set_multiplier(model.text_encoder.trainable_variables, model_settings.text_tower_lr_multiplier)
+    return optimizer
+
+
+def hand_over_logit_scale(config: ExperimentConfig, joint) -> ExperimentConfig:
+    """`config` with the joint preset's temperature (and SigLIP's bias) as the contrastive losses' starting values:
+    each setting of LOGIT_SCALE_SETTINGS / LOGIT_BIAS_SETTINGS that exists and was not given explicitly."""
+    from kitm.experiment.config import SECTION_OF
+
+    values = {}
+    for names, value in ((LOGIT_SCALE_SETTINGS, joint.logit_scale), (LOGIT_BIAS_SETTINGS, joint.logit_bias)):
+        for name in names:
+            if value is not None and name in SECTION_OF and name not in config.explicit:
+                values[name] = value
+    return config._with(values, explicit=False) if values else config

@@ -28,6 +28,7 @@ import time
 from kitm.errors import KitmConfigError, KitmError, option
 from kitm.experiment import datasets
 from kitm.experiment.config import ExperimentConfig
+from kitm.experiment import encoders
 from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS, build_image_encoder, build_text_encoder
 from kitm.experiment.objectives import total_epochs, uses_center_phases, uses_neighbor_batching
 from kitm.experiment.trainers import make_trainer
@@ -71,6 +72,7 @@ def run(config: ExperimentConfig) -> dict:
 
     started = time.time()
     config = resolve(config)
+    config = encoders.resolve_hub_settings(config)
     run_dir = pathlib.Path(config.run_dir)
     check_run_dir_is_not_finished(run_dir)
     if config.preset:
@@ -212,7 +214,10 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
     print(f"Dtype policy: {precision.set_mixed_precision(t.mixed_precision)}.")
 
     vocabulary_path = chief_dir / "vocabulary.txt"
-    if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
+    if encoders.uses_hub_text(config):  # the text preset's own tokenizer, packing its backbone's inputs
+        tokenizer = encoders.build_hub_tokenizer(config)
+        print(f"Tokenizer of the text preset: {tokenizer.vocabulary_size} ids, {tokenizer.sequence_length} tokens.")
+    elif vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
         tokenizer = CaptionTokenizer(str(vocabulary_path), data.max_caption_length, name="tokenizer")
     else:
         print("Building the vocabulary from the training captions.")
@@ -220,7 +225,8 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
                                       progress=t.progress)
         tokenizer = CaptionTokenizer(vocabulary, data.max_caption_length, name="tokenizer")
         tokenizer.save_vocabulary(str(run_dir / "vocabulary.txt"))
-    print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {replicas} replica(s); global batch {t.batch_size}.")
+    if not encoders.uses_hub_text(config):
+        print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {replicas} replica(s); global batch {t.batch_size}.")
 
     pipeline_config = PipelineConfig(
         batch_size=t.batch_size, image_size=data.image_size, captions=data.captions_per_step,
@@ -244,12 +250,18 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
     steps_per_epoch = train.steps_per_epoch
 
     with strategy.scope():
-        image_encoder = build_image_encoder(config)
-        text_encoder = build_text_encoder(config, tokenizer.vocabulary_size)
+        image_encoder, text_encoder, joint = encoders.build_towers(config, tokenizer)
+        if joint is not None:  # the preset's joint space and temperature (kitm.layers.hub_towers.JointPreset)
+            config = encoders.hand_over_logit_scale(config._with({"embedding_dim": joint.embedding_dim},
+                                                                 explicit=False), joint)
+            trainer.config = config
         model = DualEncoder(image_encoder, text_encoder, config.model.embedding_dim, name="dual_encoder")
         model.build_from_inputs(train.element_spec[0])
-        optimizer = keras.optimizers.Adam(learning_rate_schedule(config, steps_per_epoch),
-                                          global_clipnorm=t.grad_clip_norm or None)
+        if joint is not None:
+            joint.initialize_projections(model)
+        encoders.apply_tower_training(config, model)
+        optimizer = encoders.make_optimizer(config, model, learning_rate_schedule(config, steps_per_epoch),
+                                            global_clipnorm=t.grad_clip_norm or None)
         jit_compile = {"auto": "auto", "true": True, "false": False}[str(t.jit_compile).lower()]
         # The collapse monitor's statistic (kitm.metrics.collapse), logged every epoch.
         monitors = [EmbeddingCollapse()] if t.collapse_threshold else []

@@ -38,7 +38,8 @@ class DualEncoder(keras.Model):
 
     Args:
         image_encoder: a layer mapping images [B, H, W, 3] in [0, 1] (or features [B, F]) to [B, W_i].
-        text_encoder: a layer mapping token ids [B, T] to [B, W_t].
+        text_encoder: a layer mapping token ids [B, T] (or a dict of such tensors, a keras-hub text backbone's
+            inputs: `kitm.layers.hub_towers`) to [B, W_t].
         embedding_dim: D, the joint space's size.
     """
 
@@ -71,9 +72,11 @@ class DualEncoder(keras.Model):
     def build_from_inputs(self, input_spec) -> None:
         """Create the weights from the pipeline's `x` spec (a dict of `tf.TensorSpec`), before training.
 
-        Keras' BackupAndRestore and weight loading need built models; one zero-valued example suffices.
+        Keras' BackupAndRestore and weight loading need built models; one zero-valued example suffices. Entries
+        may be nested (a keras-hub text tower's `tokens` is a dict of its backbone's inputs).
         """
-        example = {key: tf.zeros([1] + spec.shape.as_list()[1:], spec.dtype) for key, spec in input_spec.items()}
+        example = tf.nest.map_structure(lambda spec: tf.zeros([1] + spec.shape.as_list()[1:], spec.dtype),
+                                        dict(input_spec))
         self(example, training=False)
 
     def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,

@@ -41,8 +41,9 @@ def paired_encoder(model, rank: int):
     if rank not in per_rank:
         @tf.function(reduce_retracing=True)
         def encode(images, tokens):
-            shape = tf.shape(tokens)
-            text = model.encode_text(tf.reshape(tokens, [-1, shape[-1]]), training=False)
+            # tokens: a tensor, or a dict of them (a keras-hub text tower's inputs)
+            flat = tf.nest.map_structure(lambda ids: tf.reshape(ids, [-1, tf.shape(ids)[-1]]), tokens)
+            text = model.encode_text(flat, training=False)
             return encode_images(model, images), text
 
         per_rank[rank] = encode

@@ -1,0 +1,182 @@
+"""Towers from keras-hub presets: image and text encoders that start from pretrained weights, and one CLIP or SigLIP
+preset that gives both towers, their projections and the logit scale.
+
+`HubImageTower` takes what every kitm image tower takes, float32 images in [0, 1] at `image_size` [B, H, W, 3], and
+applies the preset's own normalisation inside the layer (`x * scale + offset`, from the preset's image converter or
+the family's constants, `kitm.layers.hub_presets`), so training, evaluation and the exported SavedModel all see it.
+It pools the backbone's output the way the family does: CLIP, ViT and DINOv2 take the class token, ResNet averages
+its feature map, SigLIP's vision encoder is already pooled (its attention-pooling head).
+
+`HubTextTower` takes the dict of backbone inputs that `kitm.layers.hub_tokenizers.HubCaptionTokenizer` makes in the
+tf.data pipeline ({"token_ids"} for CLIP and SigLIP; plus "segment_ids" and "padding_mask" for BERT) and pools:
+CLIP at the end-of-text token (keras-hub's CLIPTextPooler: the position of the largest id), SigLIP already pooled
+and projected, BERT (and MiniLM-style BERT presets) by the mean over the unmasked tokens, as sentence-transformers
+pools its MiniLM encoders (BERT's pooled [CLS] output was trained for next-sentence prediction, not similarity).
+
+`JointPreset` holds a CLIP or SigLIP backbone whose two encoders become the two towers; `initialize_projections`
+copies its projections into kitm's DualEncoder (CLIP: `vision_projection` / `text_projection`, bias-free, so the
+DualEncoder's biases start at 0; SigLIP: its encoders already end in the joint space, so the projections start as
+the identity), and `logit_scale` / `logit_bias` are the pretrained temperature (log scale, as the preset stores it)
+and SigLIP's bias, for the contrastive losses (`kitm.experiment.encoders.hand_over_logit_scale`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kitm.errors import KitmConfigError, option
+
+
+def _sub_backbone(backbone, side: str):
+    """The image or text encoder inside a CLIP / SigLIP backbone; any other backbone is itself."""
+    encoder = getattr(backbone, "vision_encoder" if side == "image" else "text_encoder", None)
+    return encoder if encoder is not None else backbone
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class HubImageTower(keras.layers.Layer):
+    """Images in [0, 1] [B, H, W, 3] -> the backbone's pooled feature [B, W].
+
+    Args:
+        backbone: a keras-hub image backbone or encoder (CLIPVisionEncoder, SigLIPVisionEncoder, ViTBackbone,
+            DINOV2Backbone, ResNetBackbone).
+        family: clip, siglip, vit, dinov2 or resnet (decides the pooling).
+        scale, offset: per-channel normalisation of [0, 1] pixels, `x * scale + offset`.
+    """
+
+    POOLING = {"clip": "first_token", "vit": "first_token", "dinov2": "first_token", "resnet": "average",
+               "siglip": "pooled"}
+
+    def __init__(self, backbone, family: str, scale=(1.0, 1.0, 1.0), offset=(0.0, 0.0, 0.0), **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(backbone, dict):
+            backbone = keras.saving.deserialize_keras_object(backbone)
+        self.backbone = backbone
+        self.family = str(family)
+        self.scale = [float(s) for s in scale]
+        self.offset = [float(o) for o in offset]
+        self.pooling = self.POOLING[self.family]
+        self._dict_input = isinstance(backbone.input, dict)
+
+    @property
+    def image_shape(self):
+        return tuple(getattr(self.backbone, "image_shape", None) or (None, None, 3))
+
+    def build(self, input_shape):
+        self.built = True  # the backbone is built
+
+    def call(self, images, training=False):
+        x = tf.cast(images, self.compute_dtype) * tf.constant(self.scale, self.compute_dtype) + tf.constant(
+            self.offset, self.compute_dtype)
+        out = self.backbone({"images": x} if self._dict_input else x, training=training)
+        if self.pooling == "first_token":
+            return out[:, 0, :]
+        if self.pooling == "average":
+            return tf.reduce_mean(out, axis=[1, 2])
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(backbone=keras.saving.serialize_keras_object(self.backbone), family=self.family,
+                      scale=self.scale, offset=self.offset)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class HubTextTower(keras.layers.Layer):
+    """The tokenizer's dict of backbone inputs -> the pooled text feature [B, W] (module docstring).
+
+    Args:
+        backbone: a keras-hub text backbone or encoder (CLIPTextEncoder, SigLIPTextEncoder, BertBackbone).
+        family: clip, siglip or bert.
+    """
+
+    def __init__(self, backbone, family: str, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(backbone, dict):
+            backbone = keras.saving.deserialize_keras_object(backbone)
+        self.backbone = backbone
+        self.family = str(family)
+        self.input_names = tuple(sorted(backbone.input)) if isinstance(backbone.input, dict) else ("token_ids",)
+
+    @property
+    def max_sequence_length(self) -> int | None:
+        return getattr(self.backbone, "max_sequence_length", None)
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call(self, tokens, training=False):
+        inputs = {name: tokens[name] for name in self.input_names}
+        out = self.backbone(inputs, training=training)
+        if self.family == "clip":  # keras-hub's CLIPTextPooler: the end-of-text token has the largest id
+            eos = tf.argmax(tokens["token_ids"], axis=-1, output_type=tf.int32)
+            return tf.gather(out, eos, axis=1, batch_dims=1)
+        if self.family == "bert":
+            mask = tf.cast(tokens["padding_mask"], out["sequence_output"].dtype)[..., None]
+            total = tf.reduce_sum(out["sequence_output"] * mask, axis=1)
+            return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(backbone=keras.saving.serialize_keras_object(self.backbone), family=self.family)
+        return config
+
+
+def check_image_size(tower: HubImageTower, image_size: int, preset: str, setting: str) -> None:
+    """A preset with a fixed input size (the ViTs' position embeddings) runs at that size only."""
+    height, width = tower.image_shape[:2]
+    if height is not None and (height != image_size or width != image_size):
+        raise KitmConfigError(
+            f"{option(setting)}={preset} takes {height}x{width} images, but {option('image_size')}={image_size}: "
+            f"set {option('image_size')}={height} (the pipeline resizes to it and the preset's patch grid and "
+            "position embeddings are fixed to it).")
+
+
+@dataclasses.dataclass
+class JointPreset:
+    """A CLIP or SigLIP backbone whose encoders become both towers (module docstring)."""
+
+    backbone: object
+    family: str
+    preset: str
+
+    @property
+    def embedding_dim(self) -> int:
+        if self.family == "clip":
+            return int(self.backbone.projection_dim)
+        return int(self.backbone.vision_encoder.output.shape[-1])
+
+    @property
+    def logit_scale(self) -> float:
+        head = self.backbone.clip_head if self.family == "clip" else self.backbone.siglip_head
+        return float(keras.ops.convert_to_numpy(head.logit_scale))
+
+    @property
+    def logit_bias(self) -> float | None:
+        if self.family != "siglip":
+            return None
+        return float(keras.ops.convert_to_numpy(self.backbone.siglip_head.logit_bias))
+
+    def projection_kernels(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.family == "clip":
+            return (keras.ops.convert_to_numpy(self.backbone.vision_projection.kernel),
+                    keras.ops.convert_to_numpy(self.backbone.text_projection.kernel))
+        eye = np.eye(self.embedding_dim, dtype=np.float32)
+        return eye, eye
+
+    def initialize_projections(self, model) -> None:
+        """Set a built DualEncoder's projections to the preset's (biases 0), so it starts in its joint space."""
+        for dense, kernel in zip((model.image_projection, model.text_projection), self.projection_kernels()):
+            if tuple(dense.kernel.shape) != kernel.shape:
+                raise KitmConfigError(
+                    f"{option('joint_preset')}={self.preset}: its projection is {kernel.shape}, the model's "
+                    f"{tuple(dense.kernel.shape)}; leave {option('embedding_dim')} unset (the preset's is "
+                    f"{self.embedding_dim}).")
+            dense.kernel.assign(kernel.astype(np.float32))
+            dense.bias.assign(np.zeros(dense.bias.shape, np.float32))

@@ -1,0 +1,59 @@
+"""A run with both towers and the joint space from one local CLIP preset (tiny random weights, saved with
+keras-hub's save_to_preset), all offline: train on the tiny synthetic world, evaluate, export, serve the SavedModel
+in a Python that imports only TensorFlow and tensorflow-text."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+served = tf.saved_model.load(sys.argv[1])
+text = served.encode_text(tf.constant(["a red circle", "two small squares"]))["embeddings"].numpy()
+png = tf.io.encode_png(tf.cast(tf.random.uniform([40, 40, 3], 0, 255, seed=1), tf.uint8)).numpy()
+image = served.encode_image(tf.constant([png]))["embeddings"].numpy()
+scores = served.score(tf.constant(["a red circle", "two small squares"]), tf.constant([png]))["scores"].numpy()
+print(json.dumps({"text": text.shape, "image": image.shape, "norms": np.linalg.norm(text, axis=1).tolist(),
+                  "score_gap": float(np.abs(scores - image @ text.T).max()),
+                  "kitm": "kitm" in sys.modules, "keras_hub": "keras_hub" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_from_a_local_clip_preset_trains_evaluates_exports_and_serves(tiny_synthetic, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))  # an empty cache: nothing downloaded or found
+    from kitm.data.pipeline import training_captions
+    from kitm.experiment import experiment_config, run
+    from kitm.layers.hub_tiny import save_tiny_preset
+    from kitm.layers.tokenizer import build_vocabulary
+
+    words = build_vocabulary(training_captions(tiny_synthetic, "train"))
+    preset = save_tiny_preset(tmp_path / "tiny_clip", "clip", image_size=32, words=words)
+    config = experiment_config("synthetic", data_dir=str(tiny_synthetic), run_dir=str(tmp_path / "run"), epochs=1,
+                               batch_size=16, image_size=32, projector_samples=0, progress=False,
+                               joint_preset=preset, loss=["triplet"], max_violation=False, learning_rate=1e-3,
+                               image_tower_lr_multiplier=0.1, captions_per_step="sample", eval_every_epochs=0,
+                               collapse_threshold=0.0)
+    summary = run(config)
+    assert summary["flags"]["image_encoder"] == "hub" and summary["flags"]["text_encoder"] == "hub"
+    assert summary["flags"]["embedding_dim"] == 16  # the preset's projection size
+    assert summary["test"]["i2t_R@1"] >= 0 and summary["epochs_run"] == 1
+    assert not (tmp_path / "run" / "vocabulary.txt").exists()  # the preset's tokenizer, not kitm's vocabulary
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    served = subprocess.run([sys.executable, "-c", SERVE, summary["export"]], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0, served.stderr
+    result = json.loads(served.stdout.strip().splitlines()[-1])
+    assert result["text"] == [2, 16] and result["image"] == [1, 16]
+    assert max(abs(n - 1) for n in result["norms"]) < 1e-5 and result["score_gap"] < 1e-5
+    assert not result["kitm"] and not result["keras_hub"]
