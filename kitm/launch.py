@@ -67,6 +67,8 @@ flags.DEFINE_bool("finetune_backbone", _default("finetune_backbone"), "Train the
 flags.DEFINE_integer("embedding_dim", _default("embedding_dim"), "Joint embedding size D.", lower_bound=1)
 flags.DEFINE_integer("word_dim", _default("word_dim"), "Word embedding size.", lower_bound=1)
 flags.DEFINE_integer("text_units", _default("text_units"), "GRU units per direction.", lower_bound=1)
+flags.DEFINE_bool("text_bidirectional", _default("text_bidirectional"),
+                  "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code.")
 # Objective.
 flags.DEFINE_list("loss", _default("loss"),
                   "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x the "

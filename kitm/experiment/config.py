@@ -44,6 +44,7 @@ class ModelConfig:
     embedding_dim: int = 1024
     word_dim: int = 300
     text_units: int = 512
+    text_bidirectional: bool = True  # False: one forward GRU, as the VSE++ reference code
 
 
 @dataclasses.dataclass(frozen=True)
