@@ -27,6 +27,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 
+def configure_threads(torch_threads: int) -> str:
+    """Torch's intra-op threads (OpenMP). On 2 cores shared with other jobs, torch's 2 OpenMP threads ran its VSE++
+    step 5-7x slower than 1 thread (14-40 s against 2-4 s at load average 8: the threads wait for each other at
+    every op's barrier), so the step benchmarks give the peer 1 thread by default; TensorFlow keeps its default."""
+    import torch
+
+    if torch_threads > 0:
+        torch.set_num_threads(torch_threads)
+    return f"torch threads {torch.get_num_threads()} (--torch_threads), TensorFlow default threads"
+
+
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)"

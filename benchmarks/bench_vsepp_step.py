@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="timed pairs per row")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed block")
     parser.add_argument("--rows", default="keras_default,xla,width32", help="which kitm variants to compare")
+    parser.add_argument("--torch_threads", type=int, default=1, help="the peer's threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 pairs: the smoke test")
     args = parser.parse_args()
     shapes = side.QUICK if args.quick else side.FULL
@@ -40,6 +41,7 @@ def main() -> None:
     print(f"VSE++ step, batch {shapes.batch}, features {shapes.image_dim} -> {shapes.embed}, word dim "
           f"{shapes.word_dim}, GRU {shapes.embed}, vocabulary {shapes.vocabulary}")
     print(f"TensorFlow {tf.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(side.configure_threads(args.torch_threads))
     print("before: " + side.load_average(), flush=True)
     batches = side.make_batches(4, shapes)
     peer = side.vsepp_reference(shapes)
