@@ -40,8 +40,8 @@ def main() -> None:
 
     print(f"VSE++ step, batch {shapes.batch}, features {shapes.image_dim} -> {shapes.embed}, word dim "
           f"{shapes.word_dim}, GRU {shapes.embed}, vocabulary {shapes.vocabulary}")
-    print(f"TensorFlow {tf.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
     print(side.configure_threads(args.torch_threads))
+    print(f"TensorFlow {tf.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
     print("before: " + side.load_average(), flush=True)
     batches = side.make_batches(4, shapes)
     peer = side.vsepp_reference(shapes)
