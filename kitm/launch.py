@@ -87,6 +87,8 @@ flags.DEFINE_float("image_tower_lr_multiplier", _default("image_tower_lr_multipl
                    lower_bound=0.0)
 flags.DEFINE_float("text_tower_lr_multiplier", _default("text_tower_lr_multiplier"),
                    "The text tower's learning rate is --learning_rate x this.", lower_bound=0.0)
+flags.DEFINE_bool("text_bidirectional", _default("text_bidirectional"),
+                  "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code.")
 # Objective.
 flags.DEFINE_list("loss", _default("loss"),
                   "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x the "

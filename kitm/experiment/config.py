@@ -54,6 +54,7 @@ class ModelConfig:
     freeze_text_tower: bool = False
     image_tower_lr_multiplier: float = 1.0  # the image tower's learning rate = learning_rate x this
     text_tower_lr_multiplier: float = 1.0
+    text_bidirectional: bool = True  # False: one forward GRU, as the VSE++ reference code
 
 
 @dataclasses.dataclass(frozen=True)

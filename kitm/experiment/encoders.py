@@ -29,11 +29,13 @@ def _papers_image_encoder(name: str):
 def _gru_text_encoder(config: ExperimentConfig, vocabulary_size: int):
     from kitm.layers import GRUTextEncoder
 
-    return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units, name="text_backbone")
+    return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units,
+                          bidirectional=config.model.text_bidirectional, name="text_backbone")
 
 
 # The papers' towers: a small CNN (the synthetic world), ResNets (ImageNet weights; VSE++, SAM, the ladder loss),
-# an MLP on precomputed features (VSE/SCAN features); word embeddings + a bidirectional GRU.
+# an MLP on precomputed features (VSE/SCAN features); word embeddings + a bidirectional GRU (or a forward one,
+# --text_bidirectional=false, as the VSE++ reference code).
 IMAGE_ENCODERS: dict[str, Callable[[ExperimentConfig], object]] = {
     name: _papers_image_encoder(name) for name in ("small_cnn", "resnet50", "resnet152", "features_mlp")}
 TEXT_ENCODERS: dict[str, Callable[[ExperimentConfig, int], object]] = {"gru": _gru_text_encoder}

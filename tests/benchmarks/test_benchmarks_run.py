@@ -1,0 +1,26 @@
+"""The side-by-side benchmarks still run (quick mode: tiny shapes, two pairs each). No timing is asserted here: the
+speed comparisons are read from the scripts' own output (README, "Performance")."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPTS = ("bench_vsepp_step.py", "bench_sam_step.py", "bench_input_pipeline.py", "bench_evaluation.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_runs_in_quick_mode(script, tmp_path):
+    pytest.importorskip("torch")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1")
+    extra = {"bench_sam_step.py": ["--data_dir", str(tmp_path / "synthetic_cider")],
+             "bench_input_pipeline.py": ["--folder", str(tmp_path / "jpegs")]}.get(script, [])
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "kitm/peer median" in result.stdout
+    assert "load average" in result.stdout
