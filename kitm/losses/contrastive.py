@@ -304,15 +304,14 @@ class LogitScale(keras.layers.Layer):
 # Loss classes
 # --------------------------------------------------------------------------------------------------
 
-class _ContrastiveLoss(RetrievalLoss):
-    """Shared by the three classes: the `LogitScale` layer, its logging, and the model-optimizer contract."""
+class _LearnableTemperature:
+    """Mixin of the three classes: the `LogitScale` layer, its logging, and the model-optimizer contract."""
 
     term_names = ("i2t", "t2i")
     uses_model_optimizer = True  # DualEncoder trains `trainable_variables` with its own optimizer (module docstring)
 
-    def __init__(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
-                 learnable: bool, name: str, reduction: str, dtype):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+    def _init_temperature(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
+                          learnable: bool, name: str, dtype) -> None:
         self.logit_scale_init = _positive_number("logit_scale_init", logit_scale_init)
         self.max_logit_scale = _positive_number("max_logit_scale", max_logit_scale, allow_none=True)
         self.learnable = bool(learnable)
@@ -346,7 +345,7 @@ class _ContrastiveLoss(RetrievalLoss):
 
 
 @keras.saving.register_keras_serializable(package="kitm")
-class InfoNCELoss(_ContrastiveLoss):
+class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
     """InfoNCE, CLIP's symmetric contrastive loss (Radford et al. 2021), with its learnable temperature.
 
     `L = 1/2 * ( sum_p -log softmax_q(z[p, :])[p] + sum_q -log softmax_p(z[:, q])[q] )`, `z = exp(t) * s`
@@ -363,8 +362,9 @@ class InfoNCELoss(_ContrastiveLoss):
     def __init__(self, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, name: str = "infonce",
                  reduction: str = "sum", dtype=None):
-        super().__init__(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
-                         learnable=learnable, name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
+                               learnable=learnable, name=name, dtype=dtype)
 
     def compute_terms(self, y_true, y_pred):
         similarity = self.similarity(y_pred)
@@ -374,7 +374,7 @@ class InfoNCELoss(_ContrastiveLoss):
 
 
 @keras.saving.register_keras_serializable(package="kitm")
-class GradedInfoNCELoss(_ContrastiveLoss):
+class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
     """Graded InfoNCE (kitm; METHODS.md): InfoNCE against soft targets from the batch relevance.
 
     `Y_i2t[p, :] = softmax_q(R'[p, :] / tau_R)`, `Y_t2i[:, q]` likewise down the columns, R' the relevance with the
@@ -394,8 +394,9 @@ class GradedInfoNCELoss(_ContrastiveLoss):
     def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
                  name: str = "graded_infonce", reduction: str = "sum", dtype=None):
-        super().__init__(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
-                         learnable=learnable, name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
+                               learnable=learnable, name=name, dtype=dtype)
         self.tau_relevance = _positive_number("tau_relevance", tau_relevance)
 
     def compute_terms(self, y_true, y_pred):
@@ -415,7 +416,7 @@ class GradedInfoNCELoss(_ContrastiveLoss):
 
 
 @keras.saving.register_keras_serializable(package="kitm")
-class SigLIPLoss(_ContrastiveLoss):
+class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
     """SigLIP's pairwise sigmoid loss (Zhai et al. 2023), with its learnable temperature and bias.
 
     `L = -sum_p sum_q log sigmoid(y[p, q] * (exp(t') * s[p, q] + b))`, y = +1 on positive pairs (the diagonal and
@@ -435,8 +436,9 @@ class SigLIPLoss(_ContrastiveLoss):
                  max_logit_scale: float | None = None, learnable: bool = True, name: str = "siglip",
                  reduction: str = "sum", dtype=None):
         self.bias_init = _finite_number("bias_init", bias_init)
-        super().__init__(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=self.bias_init,
-                         learnable=learnable, name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale,
+                               bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
 
     @property
     def bias(self) -> tf.Tensor:
