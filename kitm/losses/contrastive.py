@@ -89,7 +89,8 @@ def _square(similarity) -> tf.Tensor:
 
 
 def _scalar(value, dtype, name: str) -> tf.Tensor:
-    value = tf.cast(tf.convert_to_tensor(value), dtype)
+    # dtype_hint: a Python float stays exact in float64 (converted to float32 first it would not).
+    value = tf.cast(tf.convert_to_tensor(value, dtype_hint=dtype), dtype)
     if value.shape.rank not in (None, 0):
         raise ValueError(f"{name} must be a scalar; got shape {value.shape}.")
     return value
