@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
+import tempfile
 
 import keras
 import numpy as np
@@ -470,3 +472,49 @@ def test_print_max_differences():
     """Runs last in this module: the largest oracle differences seen (shown with -s)."""
     for name, diff in sorted(MAX_DIFF.items()):
         print(f"max |kitm - oracle| {name}: {diff:.3g}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Training: the model's optimizer updates the temperature and bias; they are logged
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prebuilt", [False, True], ids=["built_by_fit", "built_before"])
+def test_fit_trains_the_temperature_and_bias_with_the_model_optimizer_and_logs_them(prebuilt):
+    from kitm.losses import SAMLoss
+    from kitm.models import DualEncoder
+
+    rng = np.random.default_rng(0)
+    x = {"image": rng.random((16, 5), dtype=np.float32), "tokens": rng.random((16, 7), dtype=np.float32)}
+    y = {"image_index": np.arange(16, dtype=np.int32), "relevance": rng.random((16, 16), dtype=np.float32)}
+    model = DualEncoder(keras.layers.Dense(8), keras.layers.Dense(8), embedding_dim=6)
+    if prebuilt:
+        model.build_from_inputs({k: tf.TensorSpec([None, v.shape[1]], v.dtype) for k, v in x.items()})
+    infonce, siglip = InfoNCELoss(), SigLIPLoss()
+    model.compile(keras.optimizers.Adam(0.05), losses={"infonce": infonce, "siglip": siglip, "sam": SAMLoss(tau=3.0)})
+    start = [float(v.numpy()) for v in infonce.trainable_variables + siglip.trainable_variables]
+    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), epochs=2, steps_per_epoch=3, verbose=0)
+    after = [float(v.numpy()) for v in infonce.trainable_variables + siglip.trainable_variables]
+    assert all(abs(a - b) > 1e-3 for a, b in zip(after, start)), (start, after)
+    # One optimizer for all of them, with their slots.
+    known = {id(v) for v in model.optimizer._trainable_variables}
+    assert all(id(v) in known for v in infonce.trainable_variables + siglip.trainable_variables)
+    for key in ("infonce/logit_scale", "siglip/logit_scale", "siglip/bias", "infonce/i2t", "siglip/t2i"):
+        assert key in history.history, sorted(history.history)
+    # The epoch's mean of exp(t): between its values at the start and at the end of training.
+    ends = sorted([math.exp(start[0]), float(infonce.logit_scale)])
+    assert ends[0] <= history.history["infonce/logit_scale"][-1] <= ends[1]
+    # The weights file of the model carries them (BackupAndRestore, last.weights.h5).
+    path = pathlib.Path(tempfile.mkdtemp()) / "model.weights.h5"
+    model.save_weights(path)
+    infonce.temperature.log_scale.assign(0.0)
+    model.load_weights(path)
+    assert float(infonce.temperature.log_scale.numpy()) == pytest.approx(after[0])
+
+
+def test_a_fixed_temperature_is_not_trained():
+    from kitm.models import DualEncoder
+
+    model = DualEncoder(keras.layers.Dense(4), keras.layers.Dense(4), embedding_dim=3)
+    loss = InfoNCELoss(logit_scale_init=5.0, learnable=False)
+    model.compile("adam", losses={"infonce": loss})
+    assert loss.trainable_variables == [] and model.loss_variables_for_model_optimizer() == []
