@@ -96,8 +96,9 @@ flags.DEFINE_list("loss", _default("loss"),
                   "ladder loss; angular (N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with "
                   "neighbour-aware batching), semantic neighbourhoods; centers (adaptive-margin triplet + semantic "
                   "centres + image-index cross-entropy, trained in the three --center_phase_epochs phases): semantic "
-                  "centres, alone. sam and the ladders need --relevance. Example: --loss=triplet,ladder "
-                  "--loss_weights=1,0.5.")
+                  "centres, alone; infonce (CLIP), siglip (SigLIP) or graded_infonce (InfoNCE with soft targets from "
+                  "the relevance), contrastive with a learnable temperature. sam, the ladders and graded_infonce need "
+                  "--relevance. Example: --loss=triplet,ladder --loss_weights=1,0.5.")
 flags.DEFINE_list("loss_weights", _default("loss_weights"), "One weight per --loss entry (default 1 each).")
 flags.DEFINE_float("margin", _default("margin"), "Triplet margin (also SAM's triplet part and the first ladder).")
 flags.DEFINE_bool("max_violation", _default("max_violation"),
@@ -170,6 +171,18 @@ flags.DEFINE_enum("center_triplet_sampling", _default("center_triplet_sampling")
                   "hardest, the easiest, or all (the sum over the batch's negatives).")
 flags.DEFINE_float("margin_max", _default("margin_max"),
                    "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
+flags.DEFINE_float("logit_scale_init", _default("logit_scale_init"),
+                   "--loss=infonce, graded_infonce: exp(t) at the start, the learnable logit scale (CLIP: 1/0.07).",
+                   lower_bound=1e-6)
+flags.DEFINE_float("max_logit_scale", _default("max_logit_scale"),
+                   "--loss=infonce, graded_infonce: clip of exp(t) (CLIP: 100; 0: no clip).", lower_bound=0.0)
+flags.DEFINE_float("siglip_logit_scale_init", _default("siglip_logit_scale_init"),
+                   "--loss=siglip: exp(t') at the start, the learnable logit scale (SigLIP: 10).", lower_bound=1e-6)
+flags.DEFINE_float("siglip_bias_init", _default("siglip_bias_init"),
+                   "--loss=siglip: the learnable logit bias b at the start (SigLIP: -10).")
+flags.DEFINE_float("graded_tau", _default("graded_tau"),
+                   "--loss=graded_infonce: tau_R, temperature of the soft targets softmax(R'/tau_R), on the "
+                   "relevance's scale (small: InfoNCE).", lower_bound=1e-6)
 # Optimisation.
 flags.DEFINE_integer("epochs", _default("epochs"), "Training epochs.", lower_bound=1)
 flags.DEFINE_integer("batch_size", _default("batch_size"), "Global batch size (split over replicas).", lower_bound=2)

@@ -12,7 +12,8 @@ is checked for:
 3. gradients w.r.t. both embeddings and the loss-owned trainable variables are finite everywhere, and move the
    embeddings along the unit sphere on random inputs, on ties (equal rows, a pair at distance 0, tied relevance) and
    near the collapse point; at the collapse point itself (every embedding the same vector) only the losses with
-   parameters of their own do: for the others it is a stationary point on the sphere (kitm.losses.base, the
+   parameters of their own that break its symmetry (centres, heads) do: for the others (a contrastive loss's
+   temperature scales every similarity alike) it is a stationary point on the sphere (kitm.losses.base, the
    hardest-negative warm-up), which the test pins down;
 4. under MirroredStrategy on 2 logical CPUs (a fresh process: logical devices are set before TensorFlow
    starts), what `kitm.losses.base.scale_for_replicas` promises: each replica's value and embedding gradients are
@@ -54,6 +55,8 @@ from kitm.losses.adaptive_margin import pairwise_l2_distances
 from kitm.ops.similarity import negative_mask
 
 from kitm.losses import ReclusterableLadderLoss
+from kitm.losses import (GradedInfoNCELoss, InfoNCELoss, SigLIPLoss, graded_info_nce_loss, info_nce_loss,
+                         siglip_loss)
 
 B, D = 8, 6          # one-device batch and embedding size
 LOCAL_B = 6          # per-replica batch of the MirroredStrategy check (global 12)
@@ -173,6 +176,19 @@ def _plain_adaptive_margin(loss, y_true, y_pred):
     return adaptive_margin_triplet_loss(image, text, captions, images, **margins)
 
 
+def _plain_info_nce(loss, y_true, y_pred):
+    return info_nce_loss(_similarity(y_pred), loss.logit_scale, image_index=y_true["image_index"])
+
+
+def _plain_graded_info_nce(loss, y_true, y_pred):
+    return graded_info_nce_loss(_similarity(y_pred), y_true["relevance"], loss.logit_scale,
+                                tau_relevance=loss.tau_relevance, image_index=y_true["image_index"])
+
+
+def _plain_siglip(loss, y_true, y_pred):
+    return siglip_loss(_similarity(y_pred), loss.logit_scale, loss.bias, image_index=y_true["image_index"])
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """How to build one loss configuration for the harness.
@@ -184,8 +200,10 @@ class Case:
         and the MirroredStrategy check, whose draws cannot match the one-device draws, is skipped.
     separable: each row's value depends only on its own row (and the loss's parameters), so a global-batch value
         is the sum of the replicas' batches' values.
-    owns_parameters: the loss has trainable variables of its own (`trainable_variables`: centres, heads), whose
-        gradients are checked too; they break the symmetry of the collapse point.
+    owns_parameters: the loss has trainable variables of its own (`trainable_variables`: centres, heads, a
+        temperature), whose gradients are checked too.
+    breaks_collapse: its parameters break the symmetry of the collapse point (centres and heads do; a contrastive
+        loss's temperature and bias scale every similarity alike, so they do not). Default: owns_parameters.
     """
 
     build: Callable[..., RetrievalLoss]
@@ -194,6 +212,11 @@ class Case:
     random: bool = False
     separable: bool = False
     owns_parameters: bool = False
+    breaks_collapse: bool | None = None
+
+    @property
+    def moves_at_collapse(self) -> bool:
+        return self.owns_parameters if self.breaks_collapse is None else self.breaks_collapse
 
 
 def _owned(loss):
@@ -237,6 +260,15 @@ CASES = {
                                     _plain_adaptive_margin, state=lambda loss: [loss.margin_x, loss.margin_y]),
     "adaptive_margin_all_squared": Case(lambda **kw: AdaptiveMarginTripletLoss(sampling="all", squared=True, **kw),
                                         _plain_adaptive_margin, state=lambda loss: [loss.margin_x, loss.margin_y]),
+    # Learnable temperature (and bias) trained by the model's optimizer; at their initial values except where noted.
+    "infonce": Case(lambda **kw: InfoNCELoss(**kw), _plain_info_nce, state=_owned, owns_parameters=True,
+                    breaks_collapse=False),
+    "infonce_low_scale": Case(lambda **kw: InfoNCELoss(logit_scale_init=2.0, max_logit_scale=None, **kw),
+                              _plain_info_nce, state=_owned, owns_parameters=True, breaks_collapse=False),
+    "graded_infonce": Case(lambda **kw: GradedInfoNCELoss(tau_relevance=0.2, logit_scale_init=5.0, **kw),
+                           _plain_graded_info_nce, state=_owned, owns_parameters=True, breaks_collapse=False),
+    "siglip": Case(lambda **kw: SigLIPLoss(**kw), _plain_siglip, state=_owned, owns_parameters=True,
+                   breaks_collapse=False),
 }
 
 
@@ -381,7 +413,7 @@ def test_gradients_are_finite_and_move(name, kind):
         assert np.all(np.isfinite(g)), f"{name} ({kind}): non-finite gradient w.r.t. {what}"
         if what in ("image", "text"):
             tangential = np.abs(_tangential(g, y_pred[what])).max()
-            if kind != "collapse" or case.owns_parameters:
+            if kind != "collapse" or case.moves_at_collapse:
                 assert tangential > 1e-4, f"{name} ({kind}): no gradient along the sphere w.r.t. {what}"
             else:
                 # Every embedding the same vector: a loss that sees the embeddings only through their dot products

@@ -92,6 +92,12 @@ class ObjectiveConfig:
     margin_update_every: int = 500
     center_triplet_sampling: str = "random"
     margin_max: float = 1.0
+    # Contrastive losses (kitm.losses.contrastive): infonce and graded_infonce share the first two, siglip has its own.
+    logit_scale_init: float = 1.0 / 0.07  # exp(t) at the start (CLIP: 1/0.07)
+    max_logit_scale: float = 100.0  # the clip of exp(t) (CLIP: 100); 0: no clip
+    siglip_logit_scale_init: float = 10.0  # exp(t') at the start (SigLIP: 10)
+    siglip_bias_init: float = -10.0  # b at the start (SigLIP: -10)
+    graded_tau: float = 0.1  # tau_R of graded InfoNCE's targets, on the relevance's scale (tau_R -> 0: InfoNCE)
 
 
 @dataclasses.dataclass(frozen=True)

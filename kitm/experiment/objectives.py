@@ -81,6 +81,38 @@ def _neighborhood(config, warmup):
                                    form=o.angular_form)
 
 
+def _positive_settings(config, *names) -> None:
+    for name in names:
+        value = config.get(name)
+        if not value > 0:
+            raise KitmConfigError(f"{option(name)}={_number(value)}: must be > 0.")
+
+
+def _infonce(config, warmup):
+    from kitm.losses import InfoNCELoss
+
+    o = config.objective
+    _positive_settings(config, "logit_scale_init")
+    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None)
+
+
+def _graded_infonce(config, warmup):
+    from kitm.losses import GradedInfoNCELoss
+
+    o = config.objective
+    _positive_settings(config, "graded_tau", "logit_scale_init")
+    return GradedInfoNCELoss(o.graded_tau, logit_scale_init=o.logit_scale_init,
+                             max_logit_scale=o.max_logit_scale or None)
+
+
+def _siglip(config, warmup):
+    from kitm.losses import SigLIPLoss
+
+    o = config.objective
+    _positive_settings(config, "siglip_logit_scale_init")
+    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init)
+
+
 OBJECTIVES: dict[str, Objective] = {
     "triplet": Objective(_triplet, "triplet"),  # VSE++
     "sam": Objective(_sam, "sam", needs_relevance=True),  # triplet + sam_weight x the semantic adaptive margin
@@ -89,6 +121,11 @@ OBJECTIVES: dict[str, Objective] = {
     "angular": Objective(_angular, "angular"),  # N-pair angular, symmetric
     "neighborhood": Objective(_neighborhood, "neighborhood"),  # + semantic-neighbour terms, neighbour batching
     "centers": Objective(None, "centers"),  # trained in phases by kitm.training.center_phases
+    # Contrastive (kitm.losses.contrastive); their learnable temperature (and bias) train with the model's optimizer
+    # and are logged as <key>/logit_scale (and siglip/bias).
+    "infonce": Objective(_infonce, "infonce"),  # CLIP
+    "siglip": Objective(_siglip, "siglip"),  # SigLIP
+    "graded_infonce": Objective(_graded_infonce, "graded_infonce", needs_relevance=True),  # soft targets from R
 }
 
 

@@ -41,7 +41,9 @@ class Trainer:
 
     def build_optimizer(self, model, optimizer) -> None:
         if not optimizer.built:
-            optimizer.build(model.trainable_variables)  # nothing left for fit's symbolic build (DualEncoder)
+            # Nothing left for fit's symbolic build; with the losses' variables the model's optimizer trains
+            # (a contrastive loss's temperature: DualEncoder.optimizer_variables).
+            optimizer.build(model.optimizer_variables())
 
     def backup(self, chief_dir: pathlib.Path, write_dir: pathlib.Path, *, steps_per_epoch: int, save_freq):
         from kitm.training.fault_tolerance import ResumableBackupAndRestore

@@ -11,6 +11,8 @@ from kitm.losses.base import RetrievalLoss, reduce_per_row
 from kitm.losses.centers import (ImageIndexCrossEntropy, QuantizedCenterLoss, SemanticCenterLoss, center_repulsion,
                                  index_cross_entropy_terms, quantized_center_loss, quantized_center_terms,
                                  semantic_center_loss, semantic_center_terms)
+from kitm.losses.contrastive import (GradedInfoNCELoss, InfoNCELoss, LogitScale, SigLIPLoss, graded_info_nce_loss,
+                                     graded_info_nce_targets, info_nce_loss, siglip_loss)
 from kitm.losses.ladder import AdaptiveLadderLoss, LadderLoss, adaptive_levels, ladder_levels, ladder_loss
 from kitm.losses.reclusterable_ladder import ReclusterableLadderLoss, RelevanceSample
 from kitm.losses.sam import SAMLoss, sam_loss
@@ -27,4 +29,6 @@ __all__ = [
     "QuantizedCenterLoss", "quantized_center_loss", "quantized_center_terms", "center_repulsion",
     "ImageIndexCrossEntropy", "index_cross_entropy_terms",
     "AdaptiveMarginTripletLoss", "adaptive_margin_triplet_loss", "adaptive_margin_triplet_terms",
+    "InfoNCELoss", "info_nce_loss", "GradedInfoNCELoss", "graded_info_nce_loss", "graded_info_nce_targets",
+    "SigLIPLoss", "siglip_loss", "LogitScale",
 ]

@@ -10,6 +10,11 @@ quantizer, its image-index classifier heads) together with the optimizer that up
 weighted total and applies the model's optimizer to the model's weights and each group's optimizer to
 its own variables.
 
+A loss may instead hand its trainable variables to the model's optimizer (CLIP's learnable temperature and
+SigLIP's bias, which CLIP and SigLIP train with the encoders' optimizer): it sets `uses_model_optimizer = True`
+and lists them in `loss.trainable_variables`. `optimizer_variables()` is then the model's trainable weights plus
+those, and the model's optimizer is built over and updates all of them in the same step.
+
 Under a mixed-precision policy (`kitm.training.precision`) the towers compute in float16/bfloat16 and the
 embeddings are cast to float32 before the L2 normalisation, so similarities and losses are float32; with a
 `LossScaleOptimizer` (mixed_float16) the model's weights take the scaled loss's gradients and the loss-owned
@@ -111,6 +116,22 @@ class DualEncoder(keras.Model):
         object.__setattr__(self, "term_trackers", trackers)
         object.__setattr__(self, "batch_monitors", list(monitors or ()))
 
+    def loss_variables_for_model_optimizer(self) -> list:
+        """The trainable variables of the compiled losses that set `uses_model_optimizer` (module docstring)."""
+        found, seen = [], set()
+        for loss in self.loss_functions.values():
+            if getattr(loss, "uses_model_optimizer", False):
+                for variable in loss.trainable_variables:
+                    if id(variable) not in seen:
+                        seen.add(id(variable))
+                        found.append(variable)
+        return found
+
+    def optimizer_variables(self) -> list:
+        """What the model's optimizer updates: `trainable_variables` and the losses' variables that ask for it
+        (`loss_variables_for_model_optimizer`). Build the optimizer over these, after `compile`."""
+        return list(self.trainable_variables) + self.loss_variables_for_model_optimizer()
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
         if not self.loss_functions:
@@ -156,7 +177,7 @@ class DualEncoder(keras.Model):
             total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
             scaled = self.optimizer.scale_loss(total)
         # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
-        groups = [(self.optimizer, list(self.trainable_weights))]
+        groups = [(self.optimizer, self.optimizer_variables())]
         for loss in self.loss_functions.values():
             owned = getattr(loss, "optimizer_groups", None)
             groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
@@ -188,6 +209,18 @@ class DualEncoder(keras.Model):
         built beforehand (`build_from_inputs`) with a built optimizer and no compiled Keras losses or
         metrics has nothing for that build to create, so the batch is not needed.
         """
+        if self.optimizer is not None and not self.optimizer.built and self.loss_variables_for_model_optimizer():
+            # Keras' build would build the optimizer over the model's weights alone; it is built over
+            # `optimizer_variables()` instead, once the model is. (Without a strategy Keras builds the model in the
+            # first traced step, whose first `apply_gradients` then builds the optimizer over all of them.)
+            self.optimizer.built = True
+            try:
+                self._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+            finally:
+                self.optimizer.built = False
+            if all(layer.built for layer in self._flatten_layers()):
+                self.optimizer.build(self.optimizer_variables())
+            return
         built = all(layer.built for layer in self._flatten_layers())
         optimizer_built = self.optimizer is None or self.optimizer.built
         compiled_unbuilt = any(getattr(self, name, None) is not None and not getattr(self, name).built

@@ -45,7 +45,9 @@ def prepare_backbone_finetuning(model) -> list:
     if model.optimizer is None:
         raise ValueError("compile the model before preparing the fine-tuning phases.")
     set_backbone_trainable(model, True)
-    variables = list(model.trainable_variables)
+    # With the losses' variables that the model's optimizer trains (DualEncoder.optimizer_variables).
+    optimizer_variables = getattr(model, "optimizer_variables", None)
+    variables = optimizer_variables() if optimizer_variables else list(model.trainable_variables)
     set_backbone_trainable(model, False)
     if model.optimizer.built:
         raise ValueError("the optimizer is already built; prepare the fine-tuning phases before training.")

@@ -1,0 +1,459 @@
+"""Contrastive objectives: InfoNCE (CLIP), SigLIP, and kitm's graded InfoNCE (METHODS.md, "Contrastive baselines").
+
+With `s[p, q]` the cosine of image p and caption q in a batch of B pairs:
+
+- InfoNCE (Radford et al. 2021, "Learning Transferable Visual Models From Natural Language Supervision"):
+  logits `z[p, q] = exp(t) * s[p, q]`, t learnable, initialised at log(1/0.07), exp(t) clipped at 100;
+
+      L = 1/2 * ( sum_p -log softmax_q(z[p, :])[p]  +  sum_q -log softmax_p(z[:, q])[q] )
+
+- SigLIP (Zhai et al. 2023, "Sigmoid Loss for Language Image Pre-Training"): `z[p, q] = exp(t') * s[p, q] + b`,
+  t' initialised at log 10, b at -10;
+
+      L = -sum_p sum_q log sigmoid(y[p, q] * z[p, q]),   y = +1 when caption q belongs to image p, else -1
+
+- Graded InfoNCE (kitm, METHODS.md): soft targets from the batch relevance R. For image p, `R'[p, :]` is `R[p, :]`
+  with its positives' entries raised to the row maximum and `Y_i2t[p, :] = softmax_q(R'[p, :] / tau_R)`; for
+  caption q the same down column q gives `Y_t2i[:, q]`;
+
+      L = 1/2 * ( sum_p -sum_q Y_i2t[p, q] log softmax_q(z[p, :])[q]
+                  + sum_q -sum_p Y_t2i[p, q] log softmax_p(z[:, q])[p] )
+
+  As tau_R -> 0 the targets become uniform over the entries at the row maximum: InfoNCE's one-hot target when the
+  positive is the only one there.
+
+Samples of the same image (METHODS.md: "positives of each other in every contrastive loss, never negatives").
+When every caption is a sample, `image_index` marks rows of the same image; for row p the positives are
+`P(p) = {q : image_index[q] == image_index[p]}` (the diagonal alone without `image_index`):
+- InfoNCE: the target of row p is uniform over P(p), i.e. the row's term is the mean over q in P(p) of
+  `-log softmax_q(z[p, :])[q]` (likewise down the columns). This is graded InfoNCE's limit tau_R -> 0 when the
+  entries of P(p) tie at the row maximum of R', which is how graded InfoNCE treats them: every entry of P(p) is
+  raised to the row maximum, not only the diagonal's.
+- SigLIP: y[p, q] = +1 for q in P(p).
+Without repeated images both reduce to METHODS.md's formulas as printed.
+
+Per-row values. Row p's value is `i2t[p] + t2i[p]`: image p's half of the image-to-caption sum plus caption p's
+half of the caption-to-image sum (SigLIP: half of row p's sum and half of column p's), so the sum over rows is L.
+kitm reduces by "sum" (the papers' batch sums in METHODS.md); CLIP's and SigLIP's code divide by B, which is
+`reduction="sum_over_batch_size"`.
+
+The learnable temperature (and SigLIP's bias) belong to the objective, but, as in CLIP and SigLIP, they are trained
+by the model's optimizer with the encoders, in the same step: the loss classes set `uses_model_optimizer` and list
+the variables in `trainable_variables`; `kitm.models.DualEncoder` adds them to what its optimizer updates. The
+variables are called `logit_scale_log` and `logit_bias`, so that an optimizer with weight decay can leave them out
+as open_clip does (`optimizer.exclude_from_weight_decay(var_names=["logit_"])`, before it is built). The clip of
+exp(t) at 100 is applied twice, as open_clip does it: in the forward pass (exp(min(t, log 100))) and on the variable
+after each step (a constraint), so that t never drifts above the clip where its gradient would be 0.
+
+Worked example (InfoNCE, hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t) = 2: z = [[1, 0], [0, 1]];
+every row and column has `-log softmax = log(1 + e^-1) = 0.31326`; row p's value is 1/2 * (0.31326 + 0.31326),
+so per row [0.31326, 0.31326] and L = 0.62652. With `image_index = [0, 0]` (two samples of one image) every entry
+is a positive: each row's and column's term is the mean of log(1 + e^-1) = 0.31326 and log(1 + e) = 1.31326, i.e.
+0.81326, so per row [0.81326, 0.81326] and L = 1.62652.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from kitm.losses.base import RetrievalLoss
+from kitm.ops.similarity import same_image_mask
+
+__all__ = [
+    "CLIP_LOGIT_SCALE", "CLIP_MAX_LOGIT_SCALE", "SIGLIP_LOGIT_SCALE", "SIGLIP_BIAS",
+    "info_nce_terms", "info_nce_loss", "graded_info_nce_targets", "graded_info_nce_terms", "graded_info_nce_loss",
+    "siglip_terms", "siglip_loss", "LogitScale", "InfoNCELoss", "GradedInfoNCELoss", "SigLIPLoss",
+]
+
+CLIP_LOGIT_SCALE = 1.0 / 0.07  # exp(t) at initialisation (CLIP)
+CLIP_MAX_LOGIT_SCALE = 100.0  # exp(t) is clipped here (CLIP)
+SIGLIP_LOGIT_SCALE = 10.0  # exp(t') at initialisation (SigLIP)
+SIGLIP_BIAS = -10.0  # b at initialisation (SigLIP)
+
+
+# --------------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------------
+
+def _square(similarity) -> tf.Tensor:
+    similarity = tf.convert_to_tensor(similarity)
+    if similarity.shape.rank != 2 or not similarity.dtype.is_floating:
+        raise ValueError(f"similarity must be a float [B, B] matrix; got {similarity.dtype.name} {similarity.shape}.")
+    rows, columns = similarity.shape
+    if rows is not None and columns is not None and rows != columns:
+        raise ValueError(f"similarity must be square [B, B] (image p with caption p); got shape {similarity.shape}.")
+    return similarity
+
+
+def _scalar(value, dtype, name: str) -> tf.Tensor:
+    # dtype_hint: a Python float stays exact in float64 (converted to float32 first it would not).
+    value = tf.cast(tf.convert_to_tensor(value, dtype_hint=dtype), dtype)
+    if value.shape.rank not in (None, 0):
+        raise ValueError(f"{name} must be a scalar; got shape {value.shape}.")
+    return value
+
+
+def _positive_number(name: str, value, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"{name} must be a positive number; got {value!r}.")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number; got {value}.")
+    return value
+
+
+def _finite_number(name: str, value) -> float:
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number; got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite; got {value}.")
+    return value
+
+
+def positive_mask(similarity: tf.Tensor, image_index=None) -> tf.Tensor:
+    """Bool [B, B]: (p, q) is a positive pair: the diagonal, and with `image_index` every pair of one image."""
+    rows = tf.shape(similarity)[0]
+    diagonal = tf.eye(rows, rows, dtype=tf.bool)
+    if image_index is None:
+        return diagonal
+    return tf.logical_or(diagonal, same_image_mask(tf.convert_to_tensor(image_index)))
+
+
+def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
+    """(1/2 -sum_q Y_i2t[p, q] log softmax_q(z[p, :])[q],  1/2 -sum_p Y_t2i[p, q] log softmax_p(z[:, q])[p]),
+    each [B]: row targets sum to 1 along rows, column targets down columns."""
+    i2t = -tf.reduce_sum(row_targets * tf.nn.log_softmax(logits, axis=1), axis=1)
+    t2i = -tf.reduce_sum(column_targets * tf.nn.log_softmax(logits, axis=0), axis=0)
+    return 0.5 * i2t, 0.5 * t2i
+
+
+# --------------------------------------------------------------------------------------------------
+# Plain functions
+# --------------------------------------------------------------------------------------------------
+
+def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """InfoNCE per anchor: (i2t, t2i), each [B]; `i2t[p]` is half of image p's cross-entropy over the captions,
+    `t2i[q]` half of caption q's over the images, each against a uniform target over the anchor's positives
+    (module docstring)."""
+    similarity = _square(similarity)
+    logits = _scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
+    positives = tf.cast(positive_mask(similarity, image_index), similarity.dtype)
+    row_targets = positives / tf.reduce_sum(positives, axis=1, keepdims=True)
+    column_targets = positives / tf.reduce_sum(positives, axis=0, keepdims=True)
+    return _soft_cross_entropy(logits, row_targets, column_targets)
+
+
+def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:
+    """InfoNCE (CLIP; Radford et al. 2021) per batch row [B]; its sum is METHODS.md's L.
+
+    Args:
+      similarity: [B, B] image-by-caption cosine matrix `s[p, q]`.
+      logit_scale: exp(t), a scalar (already clipped: `InfoNCELoss` clips it at 100).
+      image_index: optional int [B]; rows of one image are positives of each other (module docstring).
+
+    Example: `info_nce_loss([[0.5, 0.0], [0.0, 0.5]], 2.0)` -> [0.31326, 0.31326] (module docstring).
+    """
+    i2t, t2i = info_nce_terms(similarity, logit_scale, image_index=image_index)
+    return i2t + t2i
+
+
+def graded_info_nce_targets(relevance, *, tau_relevance: float, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graded InfoNCE's soft targets (Y_i2t, Y_t2i), each [B, B]: rows of Y_i2t and columns of Y_t2i sum to 1.
+
+    `R'` raises every positive's entry (the diagonal; with `image_index`, every sample of the same image) to the
+    row maximum (Y_i2t) or the column maximum (Y_t2i), then a softmax of `R' / tau_relevance` along the row
+    (column). The targets carry no gradient.
+    """
+    tau_relevance = _positive_number("tau_relevance", tau_relevance)
+    relevance = tf.stop_gradient(tf.convert_to_tensor(relevance))
+    if relevance.shape.rank != 2:
+        raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
+    if not relevance.dtype.is_floating:
+        relevance = tf.cast(relevance, tf.float32)
+    positives = positive_mask(relevance, image_index)
+    row_raised = tf.where(positives, tf.reduce_max(relevance, axis=1, keepdims=True) + tf.zeros_like(relevance),
+                          relevance)
+    column_raised = tf.where(positives, tf.reduce_max(relevance, axis=0, keepdims=True) + tf.zeros_like(relevance),
+                             relevance)
+    return (tf.nn.softmax(row_raised / tau_relevance, axis=1), tf.nn.softmax(column_raised / tau_relevance, axis=0))
+
+
+def graded_info_nce_terms(similarity, relevance, logit_scale, *, tau_relevance: float,
+                          image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graded InfoNCE per anchor: (i2t, t2i), each [B], halves of the soft cross-entropies (module docstring)."""
+    similarity = _square(similarity)
+    relevance = tf.convert_to_tensor(relevance)
+    if relevance.shape.rank != 2 or not relevance.shape.is_compatible_with(similarity.shape):
+        raise ValueError(f"relevance must be [B, B] like similarity {similarity.shape}; got {relevance.shape}.")
+    row_targets, column_targets = graded_info_nce_targets(tf.cast(relevance, similarity.dtype),
+                                                          tau_relevance=tau_relevance, image_index=image_index)
+    logits = _scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
+    return _soft_cross_entropy(logits, row_targets, column_targets)
+
+
+def graded_info_nce_loss(similarity, relevance, logit_scale, *, tau_relevance: float, image_index=None) -> tf.Tensor:
+    """Graded InfoNCE (kitm; METHODS.md) per batch row [B]; its sum is METHODS.md's L.
+
+    Args:
+      similarity: [B, B] cosines `s[p, q]`.
+      relevance: [B, B], `relevance[p, q]` the relevance of caption q to image p (the batch relevance R).
+      logit_scale: exp(t), a scalar.
+      tau_relevance: tau_R > 0, the temperature of the targets; tau_R -> 0 gives `info_nce_loss`.
+      image_index: optional int [B]; samples of one image are positives of each other (module docstring).
+
+    Example (hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t) = 2 (z = [[1, 0], [0, 1]]),
+    R = [[1.0, 0.5], [0.5, 1.0]], tau_R = 0.5: every row and column of targets is softmax([2, 1]) =
+    [0.73106, 0.26894], log softmax(z) = [-0.31326, -1.31326], so each half is
+    1/2 * (0.73106 * 0.31326 + 0.26894 * 1.31326) = 0.29110 and per row [0.58220, 0.58220].
+    """
+    i2t, t2i = graded_info_nce_terms(similarity, relevance, logit_scale, tau_relevance=tau_relevance,
+                                     image_index=image_index)
+    return i2t + t2i
+
+
+def siglip_terms(similarity, logit_scale, bias, *, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """SigLIP per anchor: (half of image p's row sum, half of caption q's column sum) of
+    `-log sigmoid(y[p, q] * z[p, q])`, each [B]."""
+    similarity = _square(similarity)
+    logits = (_scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
+              + _scalar(bias, similarity.dtype, "bias"))
+    signs = tf.where(positive_mask(similarity, image_index), tf.ones_like(similarity), -tf.ones_like(similarity))
+    negative_log_sigmoid = tf.nn.softplus(-signs * logits)  # -log sigmoid(x) = softplus(-x), stable for any x
+    return 0.5 * tf.reduce_sum(negative_log_sigmoid, axis=1), 0.5 * tf.reduce_sum(negative_log_sigmoid, axis=0)
+
+
+def siglip_loss(similarity, logit_scale, bias, *, image_index=None) -> tf.Tensor:
+    """SigLIP (Zhai et al. 2023) per batch row [B]; its sum is METHODS.md's L (the paper divides it by B).
+
+    Args:
+      similarity: [B, B] cosines `s[p, q]`.
+      logit_scale: exp(t'), a scalar; bias: b, a scalar.
+      image_index: optional int [B]; y = +1 on pairs of one image (module docstring).
+
+    Example (hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t') = 10, b = -5: z = [[0, -5], [-5, 0]];
+    positives give -log sigmoid(0) = log 2 = 0.69315, negatives -log sigmoid(5) = 0.0067153; each row and each
+    column sums to 0.69986, so per row 1/2 * (0.69986 + 0.69986) = 0.69986 and L = 1.39973.
+    """
+    i2t, t2i = siglip_terms(similarity, logit_scale, bias, image_index=image_index)
+    return i2t + t2i
+
+
+# --------------------------------------------------------------------------------------------------
+# The learnable temperature (and bias)
+# --------------------------------------------------------------------------------------------------
+
+class _AtMost(keras.constraints.Constraint):
+    """Clip a variable at `value` (applied by Keras optimizers after each step)."""
+
+    def __init__(self, value: float):
+        self.value = float(value)
+
+    def __call__(self, w):
+        return keras.ops.minimum(w, keras.ops.cast(self.value, w.dtype))
+
+    def get_config(self):
+        return {"value": self.value}
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class LogitScale(keras.layers.Layer):
+    """The learnable logit scale exp(t), optionally clipped, and optionally a learnable bias b.
+
+    Weights: `logit_scale_log` (t, initialised at log(initial_scale)) and, with `initial_bias`, `logit_bias` (b).
+    `scale()` is exp(min(t, log max_scale)); with `max_scale` the optimizer also clips t there after each step.
+    """
+
+    def __init__(self, initial_scale: float, max_scale: float | None = None, initial_bias: float | None = None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.initial_scale = _positive_number("logit_scale_init", initial_scale)
+        self.max_scale = _positive_number("max_logit_scale", max_scale, allow_none=True)
+        if self.max_scale is not None and self.initial_scale > self.max_scale:
+            raise ValueError(f"logit_scale_init={self.initial_scale} is above max_logit_scale={self.max_scale}.")
+        self.initial_bias = None if initial_bias is None else _finite_number("bias_init", initial_bias)
+        self.log_scale = self.add_weight(
+            shape=(), name="logit_scale_log", initializer=keras.initializers.Constant(math.log(self.initial_scale)),
+            constraint=_AtMost(math.log(self.max_scale)) if self.max_scale is not None else None)
+        self.bias = None
+        if self.initial_bias is not None:
+            self.bias = self.add_weight(shape=(), name="logit_bias",
+                                        initializer=keras.initializers.Constant(self.initial_bias))
+        self.built = True
+
+    def scale(self) -> tf.Tensor:
+        log_scale = tf.convert_to_tensor(self.log_scale)
+        if self.max_scale is not None:
+            log_scale = tf.minimum(log_scale, tf.cast(math.log(self.max_scale), log_scale.dtype))
+        return tf.exp(log_scale)
+
+    def call(self, inputs=None):
+        return self.scale()
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(initial_scale=self.initial_scale, max_scale=self.max_scale, initial_bias=self.initial_bias)
+        return config
+
+
+# --------------------------------------------------------------------------------------------------
+# Loss classes
+# --------------------------------------------------------------------------------------------------
+
+class _LearnableTemperature:
+    """Mixin of the three classes: the `LogitScale` layer, its logging, and the model-optimizer contract."""
+
+    term_names = ("i2t", "t2i")
+    uses_model_optimizer = True  # DualEncoder trains `trainable_variables` with its own optimizer (module docstring)
+
+    def _init_temperature(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
+                          learnable: bool, name: str, dtype) -> None:
+        self.logit_scale_init = _positive_number("logit_scale_init", logit_scale_init)
+        self.max_logit_scale = _positive_number("max_logit_scale", max_logit_scale, allow_none=True)
+        self.learnable = bool(learnable)
+        self.temperature = LogitScale(self.logit_scale_init, self.max_logit_scale, bias_init,
+                                      name=f"{name}_logit_scale", dtype=dtype)
+        self.temperature.trainable = self.learnable
+        self.monitor_names = ("logit_scale",) if bias_init is None else ("logit_scale", "bias")
+        self.monitored: dict[str, tf.Tensor] = {}
+
+    @property
+    def trainable_variables(self) -> list:
+        """t (and b) while `learnable`; the model's optimizer updates them (`uses_model_optimizer`)."""
+        return list(self.temperature.trainable_variables)
+
+    @property
+    def logit_scale(self) -> tf.Tensor:
+        """exp(t), clipped: the scale the logits use now."""
+        return self.temperature.scale()
+
+    def _scale(self, dtype) -> tf.Tensor:
+        scale = tf.cast(self.temperature.scale(), dtype)
+        # Read by DualEncoder right after compute_terms, in the same step: logged as <name>/logit_scale.
+        self.monitored = {"logit_scale": tf.cast(tf.stop_gradient(scale), tf.float32)}
+        return scale
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(logit_scale_init=self.logit_scale_init, max_logit_scale=self.max_logit_scale,
+                      learnable=self.learnable)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
+    """InfoNCE, CLIP's symmetric contrastive loss (Radford et al. 2021), with its learnable temperature.
+
+    `L = 1/2 * ( sum_p -log softmax_q(z[p, :])[p] + sum_q -log softmax_p(z[:, q])[q] )`, `z = exp(t) * s`
+    (module docstring; samples of one image, `y_true["image_index"]`, are positives of each other).
+
+    Args:
+      logit_scale_init: exp(t) at the start (CLIP: 1/0.07; a pretrained CLIP's value to fine-tune from it).
+      max_logit_scale: the clip of exp(t) (CLIP: 100); None for none.
+      learnable: train t (with the model's optimizer); False keeps exp(t) fixed at logit_scale_init.
+    Terms: "i2t" (image anchors) and "t2i" (caption anchors). Logged besides: "logit_scale" (exp(t)).
+    Example: on the module docstring's s with exp(t) = 2, per row [0.31326, 0.31326].
+    """
+
+    def __init__(self, logit_scale_init: float = CLIP_LOGIT_SCALE,
+                 max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, name: str = "infonce",
+                 reduction: str = "sum", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
+                               learnable=learnable, name=name, dtype=dtype)
+
+    def compute_terms(self, y_true, y_pred):
+        similarity = self.similarity(y_pred)
+        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype),
+                                  image_index=self.optional(y_true, "image_index"))
+        return {"i2t": i2t, "t2i": t2i}
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
+    """Graded InfoNCE (kitm; METHODS.md): InfoNCE against soft targets from the batch relevance.
+
+    `Y_i2t[p, :] = softmax_q(R'[p, :] / tau_R)`, `Y_t2i[:, q]` likewise down the columns, R' the relevance with the
+    positives raised to the row (column) maximum; `L = 1/2 * ( sum_p -sum_q Y_i2t log softmax_q(z[p, :])
+    + sum_q -sum_p Y_t2i log softmax_p(z[:, q]) )`, `z = exp(t) * s` (module docstring). tau_R -> 0 is InfoNCE.
+
+    Uses `y_true["relevance"]` ([B, B], relevance of caption q to image p) and, when present, `"image_index"`.
+
+    Args:
+      tau_relevance: tau_R > 0, the targets' temperature, on the relevance's own scale (e.g. 0.1 for relevance in
+        [0, 1]; CIDEr-D spans about [0, 10]).
+      logit_scale_init, max_logit_scale, learnable: as `InfoNCELoss`.
+    Terms: "i2t", "t2i". Logged besides: "logit_scale".
+    Example: `graded_info_nce_loss` (per row [0.58220, 0.58220] on its docstring's inputs).
+    """
+
+    def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
+                 max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
+                 name: str = "graded_infonce", reduction: str = "sum", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
+                               learnable=learnable, name=name, dtype=dtype)
+        self.tau_relevance = _positive_number("tau_relevance", tau_relevance)
+
+    def compute_terms(self, y_true, y_pred):
+        relevance = self.optional(y_true, "relevance")
+        if relevance is None:
+            raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], the batch relevance).")
+        similarity = self.similarity(y_pred)
+        i2t, t2i = graded_info_nce_terms(similarity, relevance, self._scale(similarity.dtype),
+                                         tau_relevance=self.tau_relevance,
+                                         image_index=self.optional(y_true, "image_index"))
+        return {"i2t": i2t, "t2i": t2i}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(tau_relevance=self.tau_relevance)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
+    """SigLIP's pairwise sigmoid loss (Zhai et al. 2023), with its learnable temperature and bias.
+
+    `L = -sum_p sum_q log sigmoid(y[p, q] * (exp(t') * s[p, q] + b))`, y = +1 on positive pairs (the diagonal and
+    samples of one image, `y_true["image_index"]`), else -1 (module docstring).
+
+    Args:
+      logit_scale_init: exp(t') at the start (SigLIP: 10).
+      bias_init: b at the start (SigLIP: -10).
+      max_logit_scale: a clip of exp(t') (SigLIP has none: None).
+      learnable: train t' and b (with the model's optimizer).
+    Terms: "i2t" (half of image p's row) and "t2i" (half of caption p's column). Logged besides: "logit_scale"
+    (exp(t')) and "bias".
+    Example: `siglip_loss` (per row [0.69986, 0.69986] on its docstring's inputs).
+    """
+
+    def __init__(self, logit_scale_init: float = SIGLIP_LOGIT_SCALE, bias_init: float = SIGLIP_BIAS,
+                 max_logit_scale: float | None = None, learnable: bool = True, name: str = "siglip",
+                 reduction: str = "sum", dtype=None):
+        self.bias_init = _finite_number("bias_init", bias_init)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale,
+                               bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
+
+    @property
+    def bias(self) -> tf.Tensor:
+        return tf.convert_to_tensor(self.temperature.bias)
+
+    def compute_terms(self, y_true, y_pred):
+        similarity = self.similarity(y_pred)
+        scale = self._scale(similarity.dtype)
+        bias = tf.cast(self.bias, similarity.dtype)
+        self.monitored["bias"] = tf.cast(tf.stop_gradient(bias), tf.float32)
+        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=self.optional(y_true, "image_index"))
+        return {"i2t": i2t, "t2i": t2i}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(bias_init=self.bias_init)
+        return config
