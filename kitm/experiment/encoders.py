@@ -74,8 +74,6 @@ def build_text_encoder(config: ExperimentConfig, vocabulary_size: int, name: str
 HUB = "hub"
 # The contrastive losses' settings that take the joint preset's temperature (log scale t, logits = exp(t) * cosine)
 # and SigLIP's bias, when the objective section has them and they were not given explicitly.
-LOGIT_SCALE_SETTINGS = ("logit_scale_init",)
-LOGIT_BIAS_SETTINGS = ("logit_bias_init",)
 
 
 def uses_hub_text(config: ExperimentConfig) -> bool:
@@ -250,13 +248,15 @@ def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
 
 
 def hand_over_logit_scale(config: ExperimentConfig, joint) -> ExperimentConfig:
-    """`config` with the joint preset's temperature (and SigLIP's bias) as the contrastive losses' starting values:
-    each setting of LOGIT_SCALE_SETTINGS / LOGIT_BIAS_SETTINGS that exists and was not given explicitly."""
-    from kitm.experiment.config import SECTION_OF
+    """`config` with the joint preset's temperature (and SigLIP's bias) as the contrastive losses' starting values,
+    where they were not given explicitly. The preset stores the log scale t (CLIP and SigLIP both use exp(t)); the
+    settings take exp(t): CLIP's goes to `logit_scale_init` (InfoNCE, graded InfoNCE), SigLIP's to
+    `siglip_logit_scale_init` and its bias to `siglip_bias_init`."""
+    import math
 
-    values = {}
-    for names, value in ((LOGIT_SCALE_SETTINGS, joint.logit_scale), (LOGIT_BIAS_SETTINGS, joint.logit_bias)):
-        for name in names:
-            if value is not None and name in SECTION_OF and name not in config.explicit:
-                values[name] = value
+    if getattr(joint, "family", "clip") == "siglip":
+        pretrained = {"siglip_logit_scale_init": math.exp(joint.logit_scale), "siglip_bias_init": joint.logit_bias}
+    else:
+        pretrained = {"logit_scale_init": math.exp(joint.logit_scale)}
+    values = {name: value for name, value in pretrained.items() if value is not None and name not in config.explicit}
     return config._with(values, explicit=False) if values else config

@@ -28,25 +28,50 @@ print(json.dumps({"text": text.shape, "image": image.shape, "norms": np.linalg.n
 """
 
 
-@pytest.mark.slow
-def test_a_run_from_a_local_clip_preset_trains_evaluates_exports_and_serves(tiny_synthetic, tmp_path, monkeypatch):
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))  # an empty cache: nothing downloaded or found
+def _flagfile_config(flagfile, *extra):
+    """The configuration `python -m kitm.launch --flagfile=<flagfile> <extra>` runs (the launcher's translation)."""
+    from kitm import launch
+
+    launch.FLAGS.unparse_flags()
+    try:
+        launch.FLAGS(["kitm.launch", f"--flagfile={ROOT / 'launch' / flagfile}", *extra])
+        return launch.experiment_config()
+    finally:
+        launch.FLAGS.unparse_flags()
+
+
+@pytest.fixture
+def tiny_clip(tiny_synthetic, tmp_path, monkeypatch):
+    """A local CLIP preset with tiny random weights (keras-hub's save_to_preset), and an empty Keras cache."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))  # nothing downloaded or found
+    monkeypatch.chdir(ROOT)  # the graded flagfile names launch/clip_finetune.flags relative to the checkout
     from kitm.data.pipeline import training_captions
-    from kitm.experiment import experiment_config, run
     from kitm.layers.hub_tiny import save_tiny_preset
     from kitm.layers.tokenizer import build_vocabulary
 
     words = build_vocabulary(training_captions(tiny_synthetic, "train"))
-    preset = save_tiny_preset(tmp_path / "tiny_clip", "clip", image_size=32, words=words)
-    config = experiment_config("synthetic", data_dir=str(tiny_synthetic), run_dir=str(tmp_path / "run"), epochs=1,
-                               batch_size=16, image_size=32, projector_samples=0, progress=False,
-                               joint_preset=preset, loss=["triplet"], max_violation=False, learning_rate=1e-3,
-                               image_tower_lr_multiplier=0.1, captions_per_step="sample", eval_every_epochs=0,
-                               collapse_threshold=0.0)
+    return save_tiny_preset(tmp_path / "tiny_clip", "clip", image_size=32, words=words)
+
+
+def _quick(tiny_synthetic, run_dir):
+    return [f"--dataset=synthetic", f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=1",
+            "--batch_size=16", "--image_size=32", "--projector_samples=0", "--progress=false",
+            "--learning_rate=1e-3", "--warmup_epochs=0.25", "--image_tower_lr_multiplier=0.1",
+            "--captions_per_step=sample", "--collapse_threshold=0"]
+
+
+@pytest.mark.slow
+def test_the_clip_finetune_flagfile_trains_evaluates_exports_and_serves_offline(tiny_synthetic, tiny_clip, tmp_path):
+    from kitm.experiment import run
+
+    config = _flagfile_config("clip_finetune.flags", f"--joint_preset={tiny_clip}", "--eval_every_epochs=0",
+                              *_quick(tiny_synthetic, tmp_path / "run"))
+    assert config.objective.loss == ("infonce",)
     summary = run(config)
     assert summary["flags"]["image_encoder"] == "hub" and summary["flags"]["text_encoder"] == "hub"
     assert summary["flags"]["embedding_dim"] == 16  # the preset's projection size
     assert summary["test"]["i2t_R@1"] >= 0 and summary["epochs_run"] == 1
+    assert "infonce/logit_scale" in summary["history"]  # the learned temperature, logged
     assert not (tmp_path / "run" / "vocabulary.txt").exists()  # the preset's tokenizer, not kitm's vocabulary
 
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -57,3 +82,16 @@ def test_a_run_from_a_local_clip_preset_trains_evaluates_exports_and_serves(tiny
     assert result["text"] == [2, 16] and result["image"] == [1, 16]
     assert max(abs(n - 1) for n in result["norms"]) < 1e-5 and result["score_gap"] < 1e-5
     assert not result["kitm"] and not result["keras_hub"]
+
+
+@pytest.mark.slow
+def test_the_graded_clip_flagfile_trains_with_graded_infonce_offline(tiny_synthetic, tiny_clip, tmp_path):
+    from kitm.experiment import run
+
+    # The synthetic world's exact relevance stands in for the sentence-embedding rows the flagfile reads.
+    config = _flagfile_config("clip_finetune_graded.flags", f"--joint_preset={tiny_clip}", "--relevance=truth",
+                              "--eval_relevance=truth", "--export=false", *_quick(tiny_synthetic, tmp_path / "run"))
+    assert config.objective.loss == ("graded_infonce",) and config.objective.graded_tau == 0.05
+    summary = run(config)
+    assert summary["epochs_run"] == 1 and "graded_infonce/logit_scale" in summary["history"]
+    assert summary["test"]["i2t_NCS@1"] >= 0  # scored with the exact relevance

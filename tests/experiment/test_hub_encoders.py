@@ -87,16 +87,18 @@ def test_tower_learning_rate_multipliers_scale_each_towers_step():
     assert steps[0.1][1] == pytest.approx(0.1, rel=1e-3)  # the text tower keeps the full rate
 
 
-def test_the_joint_logit_scale_goes_to_the_contrastive_settings_that_exist(monkeypatch):
-    from kitm.experiment import config as config_module
+def test_the_joint_logit_scale_goes_to_the_contrastive_settings():
+    import math
 
-    joint = types.SimpleNamespace(logit_scale=4.6, logit_bias=-12.0)
-    config = experiment_config("synthetic")
-    assert encoders.hand_over_logit_scale(config, joint) is config  # no contrastive settings on this branch
-    # Once the contrastive losses add their settings, the preset's values fill them unless given explicitly.
-    monkeypatch.setattr(config_module, "SECTION_OF", {**config_module.SECTION_OF, "logit_scale_init": "objective",
-                                                      "logit_bias_init": "objective"})
-    captured = {}
-    monkeypatch.setattr(type(config), "_with", lambda self, values, explicit: captured.update(values) or self)
-    encoders.hand_over_logit_scale(config, joint)
-    assert captured == {"logit_scale_init": 4.6, "logit_bias_init": -12.0}
+    clip = types.SimpleNamespace(family="clip", logit_scale=math.log(50.0), logit_bias=None)
+    siglip = types.SimpleNamespace(family="siglip", logit_scale=math.log(8.0), logit_bias=-12.0)
+    config = experiment_config("synthetic", loss=["infonce"])
+    handed = encoders.hand_over_logit_scale(config, clip)
+    assert handed.objective.logit_scale_init == pytest.approx(50.0) and "logit_scale_init" in handed.preset
+    handed = encoders.hand_over_logit_scale(config, siglip)
+    assert handed.objective.siglip_logit_scale_init == pytest.approx(8.0)
+    assert handed.objective.siglip_bias_init == -12.0
+    assert handed.objective.logit_scale_init == config.objective.logit_scale_init
+    # A value given explicitly wins over the preset's.
+    given = experiment_config("synthetic", loss=["infonce"], logit_scale_init=20.0)
+    assert encoders.hand_over_logit_scale(given, clip).objective.logit_scale_init == 20.0
