@@ -1,4 +1,4 @@
-"""Adaptive-margin triplet loss (seed 003 Eqs. 10-13) and AdaptiveMarginCallback: loop oracles, counts,
+"""Adaptive-margin triplet loss (Malali & Keller, Eqs. 10-13) and AdaptiveMarginCallback: loop oracles, counts,
 gradients, config and the margin update rule in `fit`."""
 
 import math
@@ -333,4 +333,4 @@ def test_no_update_before_q_batches_and_no_negative_means_no_change():
 
 # The counters under MirroredStrategy (2 logical CPUs, summed over replicas, margins assigned on every replica)
 # are checked in tests/test_centers.py::test_loss_owned_state_under_mirrored_strategy, one subprocess for all
-# the loss-owned state of seed 003 and of the ladder re-clustering.
+# the loss-owned state of the semantic centers objective and of the ladder re-clustering.

@@ -24,7 +24,7 @@ def ang(a, p, n, angle_degrees=45.0):
 
 
 def trip(a, p, n, margin=0.2):
-    """Seed 004 Eq. 1: [ |a - p|^2 - |a - n|^2 + m ]+."""
+    """Thomas & Kovashka, Eq. 1: [ |a - p|^2 - |a - n|^2 + m ]+."""
     return max(0.0, float(np.sum((a - p) ** 2) - np.sum((a - n) ** 2) + margin))
 
 

@@ -1,4 +1,4 @@
-"""Seed 003's three training phases (kitm.training.center_phases) and the checkpoint of loss-owned state
+"""Semantic centers' three training phases (Malali & Keller; kitm.training.center_phases) and the checkpoint of loss-owned state
 (kitm.callbacks.loss_state_checkpoint): image ids mapped to training positions, the flags, a state written
 atomically and restored exactly, frozen layers staying frozen, and, through the launcher with
 launch/centers.flags on the synthetic world, a run killed with SIGKILL after phase 1 that resumes in the right

@@ -1,4 +1,4 @@
-"""Semantic center loss (seed 003 Eq. 6), image-index cross-entropy heads, and the loss-owned parameters'
+"""Semantic center loss (Malali & Keller, Eq. 6), image-index cross-entropy heads, and the loss-owned parameters'
 own optimizers in `fit` (one device and MirroredStrategy on 2 logical CPUs)."""
 
 import os

@@ -178,7 +178,7 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     assert report["num_images"] == 12 and report["cs_ks"] == [2, 12]
     assert set(report["all"]["i2t"]) == {"recall", "recall_vse", "medr", "meanr", "map", "ncs", "semantic_recall",
                                          "coherent_score", "n_way"}
-    # N-way R@1 for the N of seed 004 that fit 12 images (5 only), as kitm.eval.n_way_recall computes it.
+    # N-way R@1 for the N Thomas & Kovashka report that fit 12 images (5 only), as kitm.eval.n_way_recall computes it.
     from kitm.eval import n_way_recall
 
     expected = n_way_recall(sims, 5, captions_per_image=5, seed=0)

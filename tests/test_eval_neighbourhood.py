@@ -1,4 +1,4 @@
-"""Neighbourhood preservation (seed 004, Table 3) against a per-item oracle."""
+"""Neighbourhood preservation (Thomas & Kovashka, Table 3) against a per-item oracle."""
 
 from __future__ import annotations
 

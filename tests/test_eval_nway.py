@@ -1,4 +1,4 @@
-"""N-way R@1 (seed 004, Section 4.2) and its without-replacement sampler."""
+"""N-way R@1 (Thomas & Kovashka, Section 4.2) and its without-replacement sampler."""
 
 from __future__ import annotations
 

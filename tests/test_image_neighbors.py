@@ -1,4 +1,4 @@
-"""Image-space neighbour rows (seed 004's "Img NNs" variant): the rows against a brute-force oracle, the feature
+"""Image-space neighbour rows (Thomas & Kovashka's "Img NNs" variant): the rows against a brute-force oracle, the feature
 spaces (stored features, SCAN region means, box-averaged pixels, a frozen ResNet), the converters writing the
 `image_neighbors` slot, resumable feature caches, neighbour-aware batching on those rows, and the launcher.
 

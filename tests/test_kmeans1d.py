@@ -2,7 +2,7 @@
 
 Oracles: scikit-learn (KMeans objective, Lloyd's iterations from given centres, silhouette_score),
 brute force over every partition of tiny rows, the exact k-means++ draw probabilities enumerated in
-numpy, and a plain-numpy silhouette written from seed 001 Eqs. 10-12.  XLA compiles once per input
+numpy, and a plain-numpy silhouette written from Zhou et al., Eqs. 10-12.  XLA compiles once per input
 shape (seconds), so the tests reuse a handful of shapes and run most checks in graph mode.
 """
 

@@ -1,4 +1,4 @@
-"""SoftmaxQuantizedCenters (seed 003 Sec. 3.4) and QuantizedCenterLoss (Eq. 7): loop oracles, scikit-learn
+"""SoftmaxQuantizedCenters (Malali & Keller, Sec. 3.4) and QuantizedCenterLoss (Eq. 7): loop oracles, scikit-learn
 k-means initialisation, gradients, config, and phase-2 training of the quantizer alone."""
 
 import numpy as np

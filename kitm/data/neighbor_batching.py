@@ -1,4 +1,4 @@
-"""Neighbour-aware batching for the semantic-neighbourhood loss (seed 004; METHODS.md "Semantic neighborhoods").
+"""Neighbour-aware batching for the semantic-neighbourhood loss (Thomas & Kovashka; METHODS.md "Semantic neighborhoods").
 
 The loss needs, for each pair i of a batch, a semantic neighbour i' (drawn from the k nearest captions of text i,
 stored in the records' `neighbors` slot) *in the same batch*. Random batches almost never hold one (about
@@ -13,8 +13,8 @@ k B / N neighbours expected per anchor: 0.05 on COCO at B = 128). So batches are
 3. `neighbor_position[r]` is the in-batch row of a neighbour of row r: its pair partner when that partner is one
    of r's k neighbours, else a random one of r's k neighbours that the batch happens to hold, else -1.
 
-The neighbours come from the records' `neighbors` slot (text space, seed 004's main method) or, with
-`neighbor_space="image"` (seed 004's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
+The neighbours come from the records' `neighbors` slot (text space, Thomas & Kovashka's main method) or, with
+`neighbor_space="image"` (Thomas & Kovashka's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
 (`kitm.relevance.rows`); everything below is the same for both. The share of rows with a neighbour is logged
 (`neighbor_coverage`); `plan_coverage` measures it for a dataset without touching images. Draws conditioned on
 mutuality are the one departure from a uniform draw over the k (documented in the README); without it, only the

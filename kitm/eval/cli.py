@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="Images per fold of the COCO 1K protocol, reported when the set has 5 folds "
                               "(default 1000).")
     metrics.add_argument("--neighbourhood", default="none", choices=("none", "sbert"),
-                         help="With --run_dir: neighbourhood preservation (seed 004, Table 3) against this text-only "
-                              "space: the share of each item's k nearest neighbours there that stay among its k "
+                         help="With --run_dir: neighbourhood preservation (Thomas & Kovashka, Table 3) against this "
+                              "text-only space: the share of each item's k nearest neighbours there that stay among its k "
                               "nearest same-modality neighbours in the learned space (default none).")
     metrics.add_argument("--neighbourhood_k", type=int, default=200, help="k of --neighbourhood (default 200; "
                          "capped at the set size minus one).")
@@ -176,7 +176,7 @@ def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fol
 
 
 def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
-    """Seed 004's Table 3 measure for captions and images. An image's place in the text-only space is the
+    """Thomas & Kovashka's Table 3 measure for captions and images. An image's place in the text-only space is the
     normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
     from kitm.eval import neighbourhood_preservation
     from kitm.relevance import sentence_embeddings

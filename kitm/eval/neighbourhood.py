@@ -1,4 +1,4 @@
-"""Neighbourhood preservation (Thomas & Kovashka, "Preserving semantic neighborhoods", seed 004,
+"""Neighbourhood preservation (Thomas & Kovashka, "Preserving semantic neighborhoods",
 Section 4.3, Table 3).
 
 For every item s, with Psi_Omega(s) its k nearest neighbours in the reference (text-only,

@@ -1,7 +1,7 @@
 """1-D k-means of every row of a matrix (exact optimum, and Lloyd runs scored by silhouette), with the
 number of clusters chosen by silhouette.
 
-This is the clustering step of the adaptive ladder loss (seed 001, Eqs. 9-12; METHODS.md "Ladder
+This is the clustering step of the adaptive ladder loss (Zhou et al., Eqs. 9-12; METHODS.md "Ladder
 loss"): each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
 one with the highest mean silhouette, and levels are numbered by decreasing cluster centre.
 
@@ -59,7 +59,7 @@ eligible.  When d < k_min (e.g. a constant row), the row gets d clusters, one pe
 a single distinct value gets k = 1, label 1 everywhere and silhouette 0; a row with no valid
 entry (see `mask`) gets k = 0, label 0 everywhere and silhouette 0.  Outputs never contain NaN.
 
-Silhouette (Rousseeuw 1987; seed 001 Eqs. 10-12; scikit-learn's ``silhouette_score``)
+Silhouette (Rousseeuw 1987; Zhou et al., Eqs. 10-12; scikit-learn's ``silhouette_score``)
 -------------------------------------------------------------------------------------
 For point i in cluster C_i:  a(i) = sum_{j in C_i} |x_i - x_j| / (|C_i| - 1),
 b(i) = min_{C != C_i} sum_{j in C} |x_i - x_j| / |C|,  s(i) = (b - a) / max(a, b), and s(i) = 0 when
@@ -125,7 +125,7 @@ def auto_kmeans_1d(
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Cluster each row of `values` with 1-D k-means, k chosen by the mean silhouette.
 
-    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (seed 001, Eq. 9), each C the
+    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (Zhou et al., Eq. 9), each C the
     globally optimal k-means partition of the row (exact DP), or the result of a Lloyd run from
     k-means++ seeds where that scores a higher silhouette (module docstring, "Why Lloyd runs too").
 

@@ -4,7 +4,7 @@ A run is scored by ``python -m kitm.eval --run_dir=... --out=<run_dir>/study_eva
 ``"flat"`` (:func:`kitm.eval.report.flatten_figures` of the whole set: ``i2t_R@1`` for VSE++ recall R^V@1,
 ``i2t_IR_R@1`` for information-retrieval recall, ``i2t_NCS@10``, ``i2t_SR@5``, ``i2t_CS@30``, ``i2t_medr``,
 ``i2t_meanr``, ``i2t_map``, ``i2t_NWAY_R1@5``, the same with ``t2i_``) and ``"rsum"`` (sum of R^V@K over both
-directions and every K). :func:`run_figures` merges them into one {name: value} dict, with seed 004's
+directions and every K). :func:`run_figures` merges them into one {name: value} dict, with Thomas & Kovashka's
 neighbourhood preservation when kitm.eval ran with ``--neighbourhood``: ``NP_text`` and ``NP_image`` (percent of
 an item's k nearest neighbours in the text-only space that stay among its k nearest in the learned space).
 

@@ -8,7 +8,7 @@ from kitm.training.center_phases.config import CenterPhaseConfig
 
 
 class CenterObjective:
-    """The four losses of seed 003, built once (inside `strategy.scope()`) and shared by the phases.
+    """The four losses of semantic centers (Malali & Keller), built once (in `strategy.scope()`), shared by the phases.
 
     Keys (also the names their terms are logged under): "triplet", "centers" (phase 1), "quantized" (phases 2,
     3), "index_ce".
