@@ -209,7 +209,7 @@ def test_neighborhood_loss_matches_oracle(base, form):
             np.testing.assert_allclose(loss(y_true, {"image": x, "text": y}).numpy(), want.sum(), rtol=1e-5, atol=1e-6)
 
 
-def test_neighbor_coverage_and_missing_neighbours():
+def test_neighbor_coverage_and_missing_neighbors():
     positions = np.array([3, -1, 0, -1])
     assert float(neighbor_coverage(positions)) == 0.5
     assert float(neighbor_coverage({"neighbor_position": positions})) == 0.5

@@ -108,7 +108,7 @@ def test_ngram_keys_separate_levels_and_ngrams():
 def _records_by_caption_id(root, split):
     info = schema.load_info(root)
     spec = schema.feature_spec(info)
-    captions, embeddings, neighbours = {}, {}, {}
+    captions, embeddings, neighbors = {}, {}, {}
     for parsed in read_records(info.shard_paths(root, split)).map(lambda p, r: parse_record(p, r, spec)):
         ids = parsed["caption/ids"].numpy()
         for k, caption_id in enumerate(ids):
@@ -116,10 +116,10 @@ def _records_by_caption_id(root, split):
             if schema.SBERT_EMBEDDINGS in parsed:
                 embeddings[int(caption_id)] = parsed[schema.SBERT_EMBEDDINGS].numpy().reshape(len(ids), -1)[k]
             if schema.NEIGHBOR_CAPTION_IDS in parsed:
-                neighbours[int(caption_id)] = (
+                neighbors[int(caption_id)] = (
                     parsed[schema.NEIGHBOR_CAPTION_IDS].numpy().reshape(len(ids), -1)[k],
                     parsed[schema.NEIGHBOR_SCORES].numpy().reshape(len(ids), -1)[k])
-    return info, captions, embeddings, neighbours
+    return info, captions, embeddings, neighbors
 
 
 @pytest.fixture(scope="module")
@@ -168,13 +168,13 @@ def test_pipeline_sbert_relevance_is_the_cosine_with_the_images_own_caption(rich
     np.testing.assert_allclose(np.diag(y["relevance"].numpy()), 1.0, atol=1e-5)
 
 
-def test_neighbour_rows_are_the_nearest_captions_of_other_images(rich_synthetic):
-    info, captions, embeddings, neighbours = _records_by_caption_id(rich_synthetic, "train")
+def test_neighbor_rows_are_the_nearest_captions_of_other_images(rich_synthetic):
+    info, captions, embeddings, neighbors = _records_by_caption_id(rich_synthetic, "train")
     assert info.relevance["neighbors"]["k"] == 20
     ids = np.array(sorted(captions))
     matrix = np.stack([embeddings[i] for i in ids]).astype(np.float64)
     for caption_id in ids[::37]:
-        found, scores = neighbours[int(caption_id)]
+        found, scores = neighbors[int(caption_id)]
         assert len(found) == 20 and not np.any(found // 5 == caption_id // 5)  # other images only
         cosines = matrix @ embeddings[int(caption_id)]
         others = ids // 5 != caption_id // 5

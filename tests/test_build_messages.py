@@ -47,7 +47,7 @@ def test_the_suggested_value_keeps_the_other_entries_and_python_callers_see_argu
         build_flickr8k(tmp_path / "out", folder, relevance=("neighbors",), progress=False)
 
 
-def test_image_space_neighbours_name_their_flag(tmp_path, capsys):
+def test_image_space_neighbors_name_their_flag(tmp_path, capsys):
     folder, images = _three_images(tmp_path, with_images=True)
     status = main(["--dataset=flickr8k", f"--flickr8k_dir={folder}", f"--images={images}", "--relevance=cider",
                    "--image_neighbors=pixels", f"--out={tmp_path / 'out'}", "--quiet"])

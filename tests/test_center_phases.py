@@ -63,7 +63,7 @@ def tiny_data(ids, seed=0, batch=8):
         batch, drop_remainder=True)
 
 
-def quantizer_centres(tensors, count, dim):
+def quantizer_centers(tensors, count, dim):
     """The quantized centres among a state's tensors: the [N_q, D] one under the quantizer."""
     (value,) = [v for k, v in tensors.items()
                 if k.startswith("losses/quantized/quantizer/") and v.shape == (count, dim)]
@@ -275,7 +275,7 @@ def test_phases_freeze_what_the_paper_freezes_and_restore_the_trainable_flags(tm
             np.testing.assert_array_equal(one[key], two[key], err_msg=key)
     assert any(not np.array_equal(two[k], three[k]) for k in two if k.startswith("model/"))
     init = np.load(tmp_path / "phases" / "quantizer_init.npz")
-    assert not np.allclose(quantizer_centres(two, 4, 6), init["centroids"])
+    assert not np.allclose(quantizer_centers(two, 4, 6), init["centroids"])
     # The centres and heads have one row per training image (16), addressed through the id map.
     assert one["losses/centers/table/0/.ATTRIBUTES/VARIABLE_VALUE"].shape == (16, 6)
 
@@ -333,7 +333,7 @@ def killed_and_resumed(world, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_in_the_right_phase_with_its_saved_centres(killed_and_resumed):
+def test_a_killed_run_resumes_in_the_right_phase_with_its_saved_centers(killed_and_resumed):
     run_dir, saved, second, _ = killed_and_resumed
     done, phase = saved["state"]["epoch"], saved["state"]["tags"]["phase"]
     # Killed once phase 1's epoch was written; at worst phase 2's first epoch followed before the signal landed.
@@ -380,12 +380,12 @@ def test_centers_flagfile_runs_every_phase_on_the_synthetic_world(killed_and_res
     # assigned to it, and each unquantized centre is assigned to its nearest quantized one.
     assert summary["center_phases"]["quantizer_init"]["method"] == "kmeans"
     init = np.load(run_dir / "phases" / "quantizer_init.npz")
-    centres = checkpoint_tensors(run_dir / "phases" / "phase_1", "losses/centers/")[
+    centers = checkpoint_tensors(run_dir / "phases" / "phase_1", "losses/centers/")[
         "losses/centers/table/0/.ATTRIBUTES/VARIABLE_VALUE"].astype(np.float64)
-    assert centres.shape == (48, 32) and init["centroids"].shape == (8, 32)
+    assert centers.shape == (48, 32) and init["centroids"].shape == (8, 32)
     for j in range(8):
-        np.testing.assert_allclose(init["centroids"][j], centres[init["labels"] == j].mean(axis=0), atol=1e-5)
-    distances = ((centres[:, None, :] - init["centroids"][None].astype(np.float64)) ** 2).sum(-1)
+        np.testing.assert_allclose(init["centroids"][j], centers[init["labels"] == j].mean(axis=0), atol=1e-5)
+    distances = ((centers[:, None, :] - init["centroids"][None].astype(np.float64)) ** 2).sum(-1)
     np.testing.assert_array_equal(init["labels"], distances.argmin(axis=1))
     # The encoders did not move in phase 2 (the quantizer did); they did in phase 3.
     one, two, three = (checkpoint_tensors(run_dir / "phases" / f"phase_{k}", "") for k in (1, 2, 3))
@@ -393,7 +393,7 @@ def test_centers_flagfile_runs_every_phase_on_the_synthetic_world(killed_and_res
         if name.startswith("model/"):
             np.testing.assert_array_equal(one[name], two[name], err_msg=name)
     assert any(not np.array_equal(two[name], three[name]) for name in two if name.startswith("model/"))
-    assert not np.allclose(quantizer_centres(two, 8, 32), init["centroids"])
+    assert not np.allclose(quantizer_centers(two, 8, 32), init["centroids"])
     # Phase 3 adapted the margins every batch and logged them: epoch logs (TensorBoard) and per update.
     assert {"triplet/margin_x", "triplet/margin_y", "triplet/share_x"} <= set(phases[3]["final_metrics"])
     tags = set()

@@ -95,7 +95,7 @@ def test_scale_gradient_is_the_identity_forward_and_scales_backward():
     np.testing.assert_allclose(tape.gradient(total, value).numpy(), [0.75, 0.75])
 
 
-def test_loss_gathers_each_rows_centre_and_its_gradient_is_sparse_and_batch_mean():
+def test_loss_gathers_each_rows_center_and_its_gradient_is_sparse_and_batch_mean():
     rng = np.random.default_rng(3)
     num_images, d = 10, 5
     loss = SemanticCenterLoss(num_images, d, delta=0.05)
@@ -123,7 +123,7 @@ def test_loss_gathers_each_rows_centre_and_its_gradient_is_sparse_and_batch_mean
                                np.where(expected[:, :1] > 0, 2 * (x - table[index]), 0), rtol=1e-4, atol=1e-6)
 
 
-def test_mean_reduction_does_not_rescale_the_centre_gradient():
+def test_mean_reduction_does_not_rescale_the_center_gradient():
     loss = SemanticCenterLoss(3, 2, delta=0.0, reduction="sum_over_batch_size")
     x = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
     with tf.GradientTape() as tape:
@@ -209,7 +209,7 @@ def identity_model(dim, cls=TrainingDualEncoder):
     return model
 
 
-def test_fit_updates_centres_by_sgd_on_the_batch_mean_and_heads_by_their_optimizer():
+def test_fit_updates_centers_by_sgd_on_the_batch_mean_and_heads_by_their_optimizer():
     rng = np.random.default_rng(5)
     num_images, d, b = 9, 5, 6
     x, y = unit(rng, b, d).astype(np.float32), unit(rng, b, d).astype(np.float32)

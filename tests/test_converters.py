@@ -96,7 +96,7 @@ def test_flickr8k_cider_rows_equal_fresh_features_under_the_stored_idf(flickr8k_
                                    fresh.reference_weights, rtol=1e-6)
 
 
-def test_flickr8k_sbert_and_neighbour_rows(flickr8k_captions):
+def test_flickr8k_sbert_and_neighbor_rows(flickr8k_captions):
     from kitm.relevance import sentence_embeddings
 
     info = schema.load_info(flickr8k_captions)
@@ -107,12 +107,12 @@ def test_flickr8k_sbert_and_neighbour_rows(flickr8k_captions):
         stored = np.concatenate([r[schema.SBERT_EMBEDDINGS].reshape(5, -1) for r in records])
         np.testing.assert_allclose(stored, sentence_embeddings(captions), atol=1e-5)
         ids = np.concatenate([r["caption/ids"] for r in records])
-        neighbours = np.concatenate([r[schema.NEIGHBOR_CAPTION_IDS].reshape(5, 20) for r in records])
+        neighbors = np.concatenate([r[schema.NEIGHBOR_CAPTION_IDS].reshape(5, 20) for r in records])
         scores = np.concatenate([r[schema.NEIGHBOR_SCORES].reshape(5, 20) for r in records])
-        assert np.isin(neighbours, ids).all()  # captions of the same split
-        assert not np.any(neighbours // 5 == ids[:, None] // 5)  # of other images
+        assert np.isin(neighbors, ids).all()  # captions of the same split
+        assert not np.any(neighbors // 5 == ids[:, None] // 5)  # of other images
         assert np.all(np.diff(scores, axis=1) <= 1e-6)  # most similar first
-        rows = np.searchsorted(ids, neighbours)  # ids are sorted: image ids grow along the split
+        rows = np.searchsorted(ids, neighbors)  # ids are sorted: image ids grow along the split
         np.testing.assert_allclose(scores, np.einsum("cd,ckd->ck", stored, stored[rows]), atol=1e-5)
 
 

@@ -186,16 +186,16 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     assert report["all"]["t2i"]["n_way"] == {"5": pytest.approx(expected["t2i"])}
 
 
-def test_run_dir_neighbourhood_preservation_against_sentence_embeddings(run, tiny_synthetic, tmp_path):
+def test_run_dir_neighborhood_preservation_against_sentence_embeddings(run, tiny_synthetic, tmp_path):
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset
-    from kitm.eval import neighbourhood_preservation
+    from kitm.eval import neighborhood_preservation
     from kitm.eval.split_data import read_split
     from kitm.models.inference import embed_dataset
     from kitm.relevance import sentence_embeddings
 
     run_dir, model, tokenizer = run
     out = tmp_path / "neighbourhood.json"
-    assert main([f"--run_dir={run_dir}", "--split=test", "--neighbourhood=sbert", "--neighbourhood_k=4",
+    assert main([f"--run_dir={run_dir}", "--split=test", "--neighborhood=sbert", "--neighborhood_k=4",
                  f"--out={out}", "--no-progress"]) == 0
     figures = json.loads(out.read_text())["neighbourhood_preservation"]
     config = PipelineConfig(batch_size=5, image_size=32, eval_crop_fraction=1.0)
@@ -204,8 +204,8 @@ def test_run_dir_neighbourhood_preservation_against_sentence_embeddings(run, tin
     per_image = reference.reshape(12, 5, -1).mean(axis=1)
     per_image /= np.linalg.norm(per_image, axis=1, keepdims=True)
     assert figures["k"] == 4 and figures["reference"] == "sbert"
-    assert figures["text"] == pytest.approx(neighbourhood_preservation(reference, texts, k=4), abs=1e-6)
-    assert figures["image"] == pytest.approx(neighbourhood_preservation(per_image, images, k=4), abs=1e-6)
+    assert figures["text"] == pytest.approx(neighborhood_preservation(reference, texts, k=4), abs=1e-6)
+    assert figures["image"] == pytest.approx(neighborhood_preservation(per_image, images, k=4), abs=1e-6)
 
 
 def _ptb_like(caption):
@@ -370,6 +370,14 @@ def test_python_dash_m_entry_point(matrices):
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "kitm.eval: error: `ks` holds [500], larger than the 100 candidates an i2t query ranks."]
+
+
+def test_british_neighbourhood_flags_stay_as_deprecated_aliases():
+    from kitm.eval.cli import build_parser
+
+    old = build_parser().parse_args(["--sims=s.npy", "--neighbourhood=sbert", "--neighbourhood_k=7"])
+    new = build_parser().parse_args(["--sims=s.npy", "--neighborhood=sbert", "--neighborhood_k=7"])
+    assert (old.neighborhood, old.neighborhood_k) == (new.neighborhood, new.neighborhood_k) == ("sbert", 7)
 
 
 def test_coherent_cutoffs_follow_the_paper_and_fit_small_sets():

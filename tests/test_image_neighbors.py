@@ -118,7 +118,7 @@ def _block_images(count: int, seed: int, side: int = 16, block: int = 4) -> np.n
     return np.repeat(np.repeat(cells, block, axis=1), block, axis=2)
 
 
-def test_pixel_features_are_box_averages_from_arrays_and_files_and_are_centred(tmp_path):
+def test_pixel_features_are_box_averages_from_arrays_and_files_and_are_centered(tmp_path):
     images = _block_images(5, seed=4)
     expected = (images[:, ::4, ::4, :].astype(np.float64) / 255).reshape(5, -1)
     paths = []
@@ -132,8 +132,8 @@ def test_pixel_features_are_box_averages_from_arrays_and_files_and_are_centred(t
     assert from_arrays.shape == (5, 48) and from_arrays.dtype == np.float32
     np.testing.assert_allclose(from_arrays, expected, atol=1e-6)
     np.testing.assert_allclose(from_files, expected[1:4], atol=1e-6)
-    centred = neighbor_space_embeddings(from_arrays, options, "train", PixelArrays(images))
-    np.testing.assert_allclose(centred, expected - expected.mean(axis=0), atol=1e-6)
+    centered = neighbor_space_embeddings(from_arrays, options, "train", PixelArrays(images))
+    np.testing.assert_allclose(centered, expected - expected.mean(axis=0), atol=1e-6)
     # Two identical images are both the split's mean: no cosine; the error names one.
     twins = PixelArrays(np.stack([images[0], images[0]]), keys=["scene_a", "scene_b"])
     with pytest.raises(KitmDataError, match="scene_a equals the split's mean image"):
@@ -209,7 +209,7 @@ def _slot(root: pathlib.Path, split: str) -> tuple[np.ndarray, np.ndarray, np.nd
                  for key in ("caption/ids", schema.IMAGE_NEIGHBOR_CAPTION_IDS, schema.IMAGE_NEIGHBOR_SCORES))
 
 
-def test_karpathy_converter_writes_pixel_neighbour_rows(tmp_path):
+def test_karpathy_converter_writes_pixel_neighbor_rows(tmp_path):
     images = _block_images(14, seed=6)
     folder = _karpathy_folder(tmp_path, images, ["train"] * 10 + ["val"] * 4)
     out = tmp_path / "out"
@@ -224,8 +224,8 @@ def test_karpathy_converter_writes_pixel_neighbour_rows(tmp_path):
     pixels = (images[:, ::4, ::4, :].astype(np.float64) / 255).reshape(len(images), -1)
     for split, members in (("train", slice(0, 10)), ("val", slice(10, 14))):
         caption_ids, found, scores = _slot(out, split)
-        centred = pixels[members] - pixels[members].mean(axis=0)
-        expected_ids, expected_scores = oracle_rows(centred, caption_ids, 3)
+        centered = pixels[members] - pixels[members].mean(axis=0)
+        expected_ids, expected_scores = oracle_rows(centered, caption_ids, 3)
         np.testing.assert_array_equal(found, expected_ids)
         np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
@@ -262,7 +262,7 @@ def test_backbone_space_and_bad_combinations_through_the_build_command(tmp_path,
     assert "use --image_neighbors=features" in capsys.readouterr().err
 
 
-def test_captions_only_builds_cannot_have_image_neighbours(tmp_path, shared_dir, capsys):
+def test_captions_only_builds_cannot_have_image_neighbors(tmp_path, shared_dir, capsys):
     assert main(["--dataset=flickr8k", f"--flickr8k_dir={shared_dir / 'data' / 'flickr8k'}", f"--out={tmp_path}",
                  "--limit=3", "--relevance=none", "--image_neighbors=pixels", "--quiet"]) == 2
     assert "captions only" in capsys.readouterr().err
@@ -273,13 +273,13 @@ def image_neighbor_world(tmp_path_factory):
     """A small synthetic world with pixel-space image neighbours and no text neighbours."""
     from kitm.data.synthetic_records import build_synthetic
 
-    root = tmp_path_factory.mktemp("image_neighbours") / "synthetic"
+    root = tmp_path_factory.mktemp("image_neighbors") / "synthetic"
     build_synthetic(root, num_scenes=80, seed=5, image_size=32, num_shards=2, progress=False, relevance=("cider",),
                     neighbors_k=10, image_neighbors=ImageNeighborOptions("pixels"))
     return root
 
 
-def test_paired_batches_from_image_neighbour_rows(image_neighbor_world):
+def test_paired_batches_from_image_neighbor_rows(image_neighbor_world):
     from kitm.data.neighbor_batching import neighbor_table, plan_coverage
     from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
     from kitm.layers import CaptionTokenizer, build_vocabulary
@@ -344,7 +344,7 @@ def test_launcher_names_flag_slot_and_build_command_when_image_rows_are_missing(
         flags.FLAGS.unparse_flags()
 
 
-def test_img_nns_flagfile_trains_on_image_neighbour_batches(image_neighbor_world, tmp_path):
+def test_img_nns_flagfile_trains_on_image_neighbor_batches(image_neighbor_world, tmp_path):
     run_dir = tmp_path / "run"
     result = _launch([f"--flagfile={ROOT / 'launch' / 'neighborhoods_imgnns.flags'}", "--dataset=synthetic",
                       f"--data_dir={image_neighbor_world}", f"--run_dir={run_dir}", "--image_size=32",

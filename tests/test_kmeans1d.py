@@ -69,9 +69,9 @@ def brute_force_sse(x: np.ndarray, k: int, contiguous: bool) -> float:
 def check_lloyd_fixed_point(x: np.ndarray, labels: np.ndarray) -> None:
     """Every value is at least as near its own cluster's mean as any other's (a Lloyd fixed point)."""
     levels = np.unique(labels[labels > 0])
-    centres = np.array([x[labels == level].mean() for level in levels])
-    own = centres[np.searchsorted(levels, labels)]
-    nearest = np.abs(x[:, None] - centres[None, :]).min(axis=1)
+    centers = np.array([x[labels == level].mean() for level in levels])
+    own = centers[np.searchsorted(levels, labels)]
+    nearest = np.abs(x[:, None] - centers[None, :]).min(axis=1)
     np.testing.assert_allclose(np.abs(x - own), nearest, rtol=0, atol=1e-9)
 
 
@@ -81,8 +81,8 @@ def check_ordering(x: np.ndarray, labels: np.ndarray) -> None:
     np.testing.assert_array_equal(present, np.arange(1, len(present) + 1))
     for level in present[:-1]:
         assert x[labels == level].min() > x[labels == level + 1].max()
-    centres = [x[labels == level].mean() for level in present]
-    assert all(np.diff(centres) < 0)
+    centers = [x[labels == level].mean() for level in present]
+    assert all(np.diff(centers) < 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,8 +95,8 @@ def make_rows(seed: int = 0) -> np.ndarray:
     gaussian = rng.normal(size=(4, COLS)) * 0.3 - 0.1
     ties = np.round(rng.normal(size=(4, COLS)), 1)
     ties[3] = rng.choice([0.2, 0.5, 0.9], size=COLS)  # exactly 3 distinct values
-    centres = np.array([-0.6, 0.0, 0.3, 0.9])
-    separated = centres[rng.integers(0, 4, size=(4, COLS))] + rng.normal(scale=0.01, size=(4, COLS))
+    centers = np.array([-0.6, 0.0, 0.3, 0.9])
+    separated = centers[rng.integers(0, 4, size=(4, COLS))] + rng.normal(scale=0.01, size=(4, COLS))
     return np.concatenate([gaussian, ties, separated])
 
 
@@ -181,7 +181,7 @@ def test_chosen_k_is_the_silhouette_argmax(rows, candidates, chosen):
         assert abs(silhouette[r] - silhouette_score(x[:, None], labels[r])) < 1e-6
 
 
-def test_labels_ordered_by_decreasing_centre(rows, candidates, chosen):
+def test_labels_ordered_by_decreasing_center(rows, candidates, chosen):
     for r, x in enumerate(rows):
         check_ordering(x, chosen[0][r])
         for j in range(K_MAX - K_MIN + 1):
@@ -501,7 +501,7 @@ def sorted_problem(x: np.ndarray):
     return xs, s1, s2
 
 
-def test_lloyd_iterations_equal_sklearn_from_the_same_centres():
+def test_lloyd_iterations_equal_sklearn_from_the_same_centers():
     """kitm's Lloyd loop (binary search of midpoints, prefix-sum means, scikit-learn's stopping rule)
     against KMeans(init=those centres, n_init=1) on random rows with k in [2, 5]."""
     rng = np.random.default_rng(5)
@@ -509,13 +509,13 @@ def test_lloyd_iterations_equal_sklearn_from_the_same_centres():
     x = np.concatenate([rng.normal(size=(10, n)), rng.beta(2, 5, size=(10, n)), rng.exponential(size=(10, n))])
     xs, s1, _ = sorted_problem(x)
     ks = list(range(2, 6))
-    centres = np.full((num_rows, len(ks), 1, 5), np.inf)
+    centers = np.full((num_rows, len(ks), 1, 5), np.inf)
     for r in range(num_rows):
         for j, k in enumerate(ks):
-            centres[r, j, 0, :k] = np.sort(rng.choice(xs[r], size=k, replace=False))
+            centers[r, j, 0, :k] = np.sort(rng.choice(xs[r], size=k, replace=False))
     starts, ends, ok = (t.numpy() for t in kmeans1d._lloyd(
         tf.constant(xs), tf.constant(s1), tf.ones(xs.shape, tf.bool), tf.fill([num_rows], n),
-        tf.constant(centres), 2, 5))
+        tf.constant(centers), 2, 5))
     compared = 0
     with threadpool_limits(1):
         for r in range(num_rows):
@@ -523,7 +523,7 @@ def test_lloyd_iterations_equal_sklearn_from_the_same_centres():
                 if not ok[r, j, 0]:
                     # A cluster emptied on the way: scikit-learn relocates it, kitm drops the run.
                     continue
-                fit = KMeans(n_clusters=k, init=centres[r, j, 0, :k, None], n_init=1).fit(xs[r][:, None])
+                fit = KMeans(n_clusters=k, init=centers[r, j, 0, :k, None], n_init=1).fit(xs[r][:, None])
                 # scikit-learn numbers clusters by its init order, which is ascending here.
                 expected = np.bincount(fit.labels_, minlength=k).cumsum()
                 np.testing.assert_array_equal(ends[r, j, 0, :k], expected, err_msg=f"row {r}, k {k}")
@@ -532,7 +532,7 @@ def test_lloyd_iterations_equal_sklearn_from_the_same_centres():
     assert compared >= 0.9 * num_rows * len(ks)
 
 
-def exact_second_centre_distribution(x: np.ndarray, trials: int) -> dict:
+def exact_second_center_distribution(x: np.ndarray, trials: int) -> dict:
     """P(the seeds of k = 2 are {x_a, x_b}) for greedy k-means++: first centre uniform, then the best
     (lowest potential) of `trials` independent D^2-proportional draws, the first on ties."""
     n = len(x)
@@ -556,12 +556,12 @@ def test_kmeans_plus_plus_draws_with_the_greedy_probabilities():
     copies = 20000
     xs, s1, s2 = sorted_problem(np.tile(x, (copies, 1)))
     draws = tf.random.stateless_uniform([copies, 1, 1, kmeans1d._draws_per_run(2, 2)], [7, 0], dtype=tf.float64)
-    centres = kmeans1d._kmeans_plus_plus(
+    centers = kmeans1d._kmeans_plus_plus(
         tf.constant(xs), tf.constant(s1), tf.constant(s2), tf.ones(xs.shape, tf.bool), tf.fill([copies], 5),
         draws, 2, 2).numpy()[:, 0, 0, :] + x.mean()
-    expected = exact_second_centre_distribution(x, trials=2 + int(np.log(2)))
+    expected = exact_second_center_distribution(x, trials=2 + int(np.log(2)))
     observed = {}
-    for a, b in np.round(centres, 9):
+    for a, b in np.round(centers, 9):
         observed[(a, b)] = observed.get((a, b), 0) + 1
     assert set(observed) <= set(expected)
     for pair, p in expected.items():

@@ -212,14 +212,14 @@ def exact_levels(values, k_min, k_max):
         chosen = labels[np.argmin(sse)]
         score = silhouette_score(x.reshape(-1, 1), chosen)
         if best is None or score > best[0] + 1e-12:
-            centres = np.array([x[chosen == c].mean() for c in range(k)])
-            rank = np.argsort(np.argsort(-centres))
+            centers = np.array([x[chosen == c].mean() for c in range(k)])
+            rank = np.argsort(np.argsort(-centers))
             best = (score, rank[chosen] + 1)
     return best[1]
 
 
-def clustered_relevance(rng, b, centres):
-    r = rng.choice(centres, size=(b, b)) + rng.uniform(-0.01, 0.01, size=(b, b))
+def clustered_relevance(rng, b, centers):
+    r = rng.choice(centers, size=(b, b)) + rng.uniform(-0.01, 0.01, size=(b, b))
     np.fill_diagonal(r, 5.0)  # an extreme positive value that must not take part in the clustering
     return r
 

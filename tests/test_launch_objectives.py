@@ -67,9 +67,9 @@ def test_several_losses_are_composed_with_their_weights():
         losses, weights = build_objective()
         assert list(losses) == ["triplet", "ladder", "neighborhood"]
         assert weights == {"triplet": 1.0, "ladder": 0.5, "neighborhood": 2.0}
-        neighbourhood = losses["neighborhood"]
-        assert isinstance(neighbourhood, NeighborhoodAngularLoss)
-        assert (neighbourhood.base, neighbourhood.alpha, neighbourhood.beta) == ("triplet", 0.3, 0.1)
+        neighborhood = losses["neighborhood"]
+        assert isinstance(neighborhood, NeighborhoodAngularLoss)
+        assert (neighborhood.base, neighborhood.alpha, neighborhood.beta) == ("triplet", 0.3, 0.1)
         config = launch.experiment_config()
         assert objectives.uses_neighbor_batching(config)
         assert objectives.required_relevance_slots(config) == ["sbert", "neighbors"]

@@ -31,7 +31,7 @@ def test_partners_come_from_the_seed_list_and_prefer_mutual_ones():
     assert set(uniform) == {1, 2}
 
 
-def test_neighbor_positions_point_at_a_listed_neighbour_in_the_batch():
+def test_neighbor_positions_point_at_a_listed_neighbor_in_the_batch():
     positions = tf.constant([[1, 4], [0, 2], [3, 0], [4, 0], [0, 1], [9, 8]], tf.int32)
     rows = tf.constant([0, 1, 2, 5], tf.int32)  # pairs (0, 1) and (2, 5)
     found = neighbor_positions(rows, positions).numpy()
@@ -43,14 +43,14 @@ def test_neighbor_positions_point_at_a_listed_neighbour_in_the_batch():
 def neighbor_world(tmp_path_factory):
     from kitm.data.synthetic_records import build_synthetic
 
-    root = tmp_path_factory.mktemp("neighbours") / "synthetic"
+    root = tmp_path_factory.mktemp("neighbors") / "synthetic"
     build_synthetic(root, num_scenes=80, seed=5, image_size=32, num_shards=2, progress=False,
                     relevance=("cider", "neighbors"), neighbors_k=10)
     return root
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_paired_batches_hold_each_rows_neighbour(neighbor_world, replicas):
+def test_paired_batches_hold_each_rows_neighbor(neighbor_world, replicas):
     info = schema.load_info(neighbor_world)
     _, caption_ids, positions = neighbor_table(info, neighbor_world, "train")
     flat_ids = caption_ids.reshape(-1)
@@ -84,7 +84,7 @@ def test_plan_coverage_on_the_synthetic_world(neighbor_world):
     assert plan_coverage(positions, 16, "mutual", batches=20) >= 0.9
 
 
-def test_batching_without_neighbour_rows_is_refused(tiny_synthetic):
+def test_batching_without_neighbor_rows_is_refused(tiny_synthetic):
     tokenizer = CaptionTokenizer(build_vocabulary(training_captions(tiny_synthetic)), max_length=16)
     config = PipelineConfig(batch_size=16, image_size=32, neighbor_batching=True)
     with pytest.raises(KitmDataError, match="neighbors"):

@@ -157,12 +157,12 @@ def test_loss_class_uses_its_layer_and_owns_two_optimizer_groups():
     assert [type(opt).__name__ for opt, _ in groups] == ["Adam", "SGD"]
     assert len(groups[0][1]) == 2 and groups[1][1][0] is layer.centers
     # The centres' gradient is that of the batch mean (the sum's gradient / B).
-    centre_gradient = tape.gradient(total, layer.centers).numpy()
+    center_gradient = tape.gradient(total, layer.centers).numpy()
     with tf.GradientTape() as tape:
         c = tf.convert_to_tensor(layer.centers)
         tape.watch(c)
         plain = tf.reduce_sum(quantized_center_loss(x, y, layer(x), layer(y), c, delta=0.2))
-    np.testing.assert_allclose(centre_gradient, tape.gradient(plain, c).numpy() / 5, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(center_gradient, tape.gradient(plain, c).numpy() / 5, rtol=1e-5, atol=1e-7)
     layer.trainable = False
     assert loss.optimizer_groups() == []
 

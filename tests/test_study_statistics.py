@@ -208,7 +208,7 @@ def test_metric_names_and_default_list():
         run_figures({"rsum": 1.0})
 
 
-def test_run_figures_reads_neighbourhood_preservation_in_percent():
+def test_run_figures_reads_neighborhood_preservation_in_percent():
     figures = run_figures({"flat": {"i2t_R@1": 10.0}, "rsum": 10.0,
                            "neighbourhood_preservation": {"reference": "sbert", "k": 20, "text": 0.25, "image": 0.5}})
     assert figures == {"i2t_R@1": 10.0, "rsum": 10.0, "NP_text": 25.0, "NP_image": 50.0}

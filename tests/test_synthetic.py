@@ -435,12 +435,12 @@ def test_columns_rows_and_stated_relations_match_the_geometry(world):
     assert relation_rows > 50
 
 
-def test_rendered_pixels_show_each_object_colour_at_its_centre(world):
+def test_rendered_pixels_show_each_object_colour_at_its_center(world):
     present = world.scene_facts[..., 0] >= 0
     scene_index, _ = np.nonzero(present)
     objects = world.scene_facts[present]
-    centre_pixels = world.images[scene_index, objects[:, 6], objects[:, 5]].astype(np.float64)
-    distances = np.linalg.norm(centre_pixels[:, None, :] - COLOUR_RGB[None].astype(np.float64), axis=-1)
+    center_pixels = world.images[scene_index, objects[:, 6], objects[:, 5]].astype(np.float64)
+    distances = np.linalg.norm(center_pixels[:, None, :] - COLOUR_RGB[None].astype(np.float64), axis=-1)
     np.testing.assert_array_equal(distances.argmin(axis=1), objects[:, 1])
     # And the background stays dim: image corners far from any object are dark.
     assert np.median(world.images[:, 0, 0].max(axis=-1)) < 70

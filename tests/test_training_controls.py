@@ -115,7 +115,7 @@ def test_loss_owned_parameters_take_unscaled_gradients_under_float16_loss_scalin
     x = {"image": rng.normal(size=(6, 5)).astype(np.float32), "tokens": rng.normal(size=(6, 7)).astype(np.float32)}
     # One step: the model's float16 step overflows and is skipped, so later embeddings would differ from float32's.
     data = tf.data.Dataset.from_tensors((x, {"image_index": np.arange(6, dtype=np.int32)}))
-    centres = {}
+    centers = {}
     for policy in ("float32", "mixed_float16"):
         keras.mixed_precision.set_global_policy(policy)
         keras.utils.set_random_seed(0)
@@ -124,15 +124,15 @@ def test_loss_owned_parameters_take_unscaled_gradients_under_float16_loss_scalin
         model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "centers": loss})
         start = loss.centers.numpy().copy()
         model.fit(data, epochs=1, verbose=0)
-        centres[policy] = (start, loss.centers.numpy())
+        centers[policy] = (start, loss.centers.numpy())
         if policy == "mixed_float16":
             assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
             assert float(model.optimizer.dynamic_scale) == 2.0 ** 14  # the overflowing step was skipped
-    np.testing.assert_array_equal(centres["float32"][0], centres["mixed_float16"][0])
-    moved = centres["float32"][1] - centres["float32"][0]
+    np.testing.assert_array_equal(centers["float32"][0], centers["mixed_float16"][0])
+    moved = centers["float32"][1] - centers["float32"][0]
     assert np.abs(moved).max() > 1e-3
     # The same SGD steps up to float16 rounding of the embeddings (unscaled: a 2^15 scale would explode them).
-    np.testing.assert_allclose(centres["mixed_float16"][1] - centres["mixed_float16"][0], moved, rtol=0.05,
+    np.testing.assert_allclose(centers["mixed_float16"][1] - centers["mixed_float16"][0], moved, rtol=0.05,
                                atol=2e-3)
 
 
@@ -196,8 +196,8 @@ def test_test_crop_embeddings_are_the_normalised_mean_and_one_crop_is_todays(tin
     # N = 1: the centre crop, exactly as before test-time crops existed.
     one, _, one_index = embed_dataset(model, evaluation_dataset(tiny_synthetic, "val", tokenizer, config(1)))
     split = read_split(tiny_synthetic, "val")
-    centre = tf.stack([eval_image(decode_image(encoded), 32, 0.75) for encoded in split.images])
-    np.testing.assert_allclose(one, model.encode_image(centre).numpy(), atol=1e-6)
+    center = tf.stack([eval_image(decode_image(encoded), 32, 0.75) for encoded in split.images])
+    np.testing.assert_allclose(one, model.encode_image(center).numpy(), atol=1e-6)
 
     # N = 4: each image's embedding is the normalised mean of its crops' embeddings.
     dataset = evaluation_dataset(tiny_synthetic, "val", tokenizer, config(4))

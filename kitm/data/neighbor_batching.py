@@ -59,20 +59,20 @@ def neighbor_table(info: schema.DatasetInfo, root, split: str,
                             f"{_SLOT_BUILD_HINT[space]}.")
     spec = {"caption/ids": tf.io.FixedLenFeature([info.captions_per_image], tf.int64),
             key: tf.io.FixedLenFeature([int(info.relevance[slot]["features"][key][1])], tf.int64)}
-    records, caption_ids, neighbour_ids = [], [], []
+    records, caption_ids, neighbor_ids = [], [], []
     for path, record in read_records(info.shard_paths(root, split)).batch(1024):
         parsed = tf.io.parse_example(record, spec)
         records.append(record.numpy())
         caption_ids.append(parsed["caption/ids"].numpy())
-        neighbour_ids.append(parsed[key].numpy())
+        neighbor_ids.append(parsed[key].numpy())
     records = np.concatenate(records)
     caption_ids = np.concatenate(caption_ids)
     flat_ids = caption_ids.reshape(-1)
-    neighbour_ids = np.concatenate(neighbour_ids).reshape(len(flat_ids), -1)
+    neighbor_ids = np.concatenate(neighbor_ids).reshape(len(flat_ids), -1)
     order = np.argsort(flat_ids)
-    found = np.clip(np.searchsorted(flat_ids, neighbour_ids, sorter=order), 0, len(flat_ids) - 1)
+    found = np.clip(np.searchsorted(flat_ids, neighbor_ids, sorter=order), 0, len(flat_ids) - 1)
     positions = order[found]
-    positions = np.where(flat_ids[positions] == neighbour_ids, positions, -1)
+    positions = np.where(flat_ids[positions] == neighbor_ids, positions, -1)
     return records, caption_ids, positions
 
 

@@ -151,12 +151,12 @@ def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 4
         logits = tf.concat([tf.zeros_like(logits[:, :1]), tf.where(negative_mask, logits, floor)], axis=1)
         return tf.reduce_logsumexp(logits, axis=1)
     pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)  # |a - p|^2, [B]
-    centre = (anchors + positives) / 2
+    center = (anchors + positives) / 2
     # |n_j - C_i|^2 expanded, so that no [B, N, D] tensor is formed.
-    to_centre = (tf.reduce_sum(tf.square(pool), axis=1)[None, :]
-                 - 2 * tf.matmul(centre, pool, transpose_b=True)
-                 + tf.reduce_sum(tf.square(centre), axis=1)[:, None])
-    hinge = tf.nn.relu(pair[:, None] - 4 * tan2 * to_centre)
+    to_center = (tf.reduce_sum(tf.square(pool), axis=1)[None, :]
+                 - 2 * tf.matmul(center, pool, transpose_b=True)
+                 + tf.reduce_sum(tf.square(center), axis=1)[:, None])
+    hinge = tf.nn.relu(pair[:, None] - 4 * tan2 * to_center)
     return _sum_over_negatives(hinge, negative_mask)
 
 

@@ -132,7 +132,7 @@ def scale_gradient(value: tf.Tensor, scale) -> tf.Tensor:
     return frozen + tf.cast(scale, value.dtype) * (value - frozen)
 
 
-def _centre_gradient_scale(reduction: str | None, rows: tf.Tensor, dtype) -> tf.Tensor:
+def _center_gradient_scale(reduction: str | None, rows: tf.Tensor, dtype) -> tf.Tensor:
     """1/b under reduction "sum" (the centre step is taken on the batch-mean loss, module docstring)."""
     if reduction == "sum":
         return 1.0 / tf.maximum(tf.cast(rows, dtype), 1.0)
@@ -397,7 +397,7 @@ class SemanticCenterLoss(_OwnsParameters, RetrievalLoss):
         image, text = _embeddings(y_pred, self.embedding_dim, type(self).__name__)
         index = _image_index(y_true, self.num_images, type(self).__name__)
         centers = tf.cast(self.table(index), image.dtype)
-        centers = scale_gradient(centers, _centre_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
         image_term, text_term = semantic_center_terms(image, text, centers, delta=self.delta)
         return {"image": image_term, "text": text_term}
 
@@ -481,7 +481,7 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
         image_weights = tf.cast(self.quantizer(image), image.dtype)
         text_weights = tf.cast(self.quantizer(text), image.dtype)
         centers = tf.cast(tf.convert_to_tensor(self.quantizer.centers), image.dtype)
-        centers = scale_gradient(centers, _centre_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
         image_term, text_term, repulsion = quantized_center_terms(
             image, text, image_weights, text_weights, centers, delta=self.delta,
             repulsion_weight=self.repulsion_weight, chunk_size=self.chunk_size)

@@ -35,5 +35,5 @@ class CenterObjective:
     def phase_losses(self, phase: int) -> dict:
         # Phase 2 keeps the triplet and the heads (frozen, no gradient reaches them) so that every term and the
         # total stay comparable on TensorBoard across phases.
-        centre = self.centers if phase == 1 else self.quantized
-        return {"triplet": self.triplet, centre.name: centre, "index_ce": self.index_ce}
+        center = self.centers if phase == 1 else self.quantized
+        return {"triplet": self.triplet, center.name: center, "index_ce": self.index_ce}

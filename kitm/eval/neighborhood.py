@@ -27,7 +27,7 @@ from kitm.eval.ranking import chunk_rows, top_k_indices
 _METRICS = ("cosine", "euclidean")
 
 
-def nearest_neighbour_indices(
+def nearest_neighbor_indices(
     embeddings: np.ndarray,
     k: int,
     *,
@@ -61,7 +61,7 @@ def nearest_neighbour_indices(
     return out
 
 
-def neighbourhood_preservation(
+def neighborhood_preservation(
     reference_embeddings: np.ndarray,
     learned_embeddings: np.ndarray,
     k: int = 200,
@@ -84,8 +84,8 @@ def neighbourhood_preservation(
             f"`reference_embeddings` has {reference.shape[0]} rows and `learned_embeddings` "
             f"{learned.shape[0]}; both must hold the same N items in the same order."
         )
-    before = nearest_neighbour_indices(reference, k, metric=metric, chunk_size=chunk_size)
-    after = nearest_neighbour_indices(learned, k, metric=metric, chunk_size=chunk_size)
+    before = nearest_neighbor_indices(reference, k, metric=metric, chunk_size=chunk_size)
+    after = nearest_neighbor_indices(learned, k, metric=metric, chunk_size=chunk_size)
     # Each list holds distinct items, so in the sorted union a shared item is a repeated value.
     both = np.sort(np.concatenate([before, after], axis=1), axis=1)
     shared = np.count_nonzero(both[:, 1:] == both[:, :-1], axis=1)
