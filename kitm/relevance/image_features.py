@@ -25,8 +25,8 @@ space before cross-modal training", and y_i, y_i' are their paired texts. kitm f
   meaningful: scenes are near when similar shapes sit at similar places, which is what captions state. Measured
   on a 3,000-scene world at 64 px (2,400 training scenes): the mean exact relevance of a neighbour's captions to
   the image is 0.56 for the 10 nearest and 0.43 for the 200 nearest, against 0.37 for a random other scene and
-  0.89 / 0.65 for the truly most relevant 10 / 200 (tests/test_image_neighbors.py checks the same on a small
-  world). Centring on the split's mean changes these figures by less than 0.01 there; side 8 or 32 gives the same.
+  0.89 / 0.65 for the truly most relevant 10 / 200 (tests/relevance/test_image_features.py checks the same on a
+  small world). Centring on the split's mean changes these figures by less than 0.01 there; side 8 or 32 gives the same.
 
 Features are extracted in chunks of `chunk_images` images, each chunk cached under the build's ``.cache/`` as
 soon as it is done (written under a temporary name, then renamed), so a killed build resumes at the first

@@ -14,7 +14,6 @@ from kitm.callbacks.ladder_recluster import LadderReclusterCallback
 from kitm.losses.reclusterable_ladder import (ReclusterableLadderLoss, RelevanceSample, threshold_levels,
                                               thresholds_from_clusters)
 from kitm.losses import LadderLoss, ladder_levels
-from test_centers import identity_model  # tests/ is on sys.path under pytest
 
 
 def unit(rng, b, d=4):
@@ -139,7 +138,7 @@ def batches(relevance_blocks, d=4, seed=0):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_callback_thresholds_match_the_brute_force_oracle(seed, tmp_path):
+def test_callback_thresholds_match_the_brute_force_oracle(seed, tmp_path, identity_model):
     rng = np.random.default_rng(seed)
     b = 5
     blocks = [rng.uniform(-0.2, 1.0, size=(b, b)) for _ in range(4)]
@@ -172,7 +171,7 @@ def test_callback_thresholds_match_the_brute_force_oracle(seed, tmp_path):
     assert "ladder/level_1_count" in history and "ladder/silhouette" in history
 
 
-def test_two_clear_groups_give_two_levels_and_an_empty_third():
+def test_two_clear_groups_give_two_levels_and_an_empty_third(identity_model):
     b = 6
     block = np.where(np.arange(b)[:, None] % 2 == np.arange(b)[None, :] % 2, 0.9, 0.1)
     block = block + 0.01 * np.random.default_rng(2).normal(size=(b, b))
@@ -186,7 +185,7 @@ def test_two_clear_groups_give_two_levels_and_an_empty_third():
     assert 0.3 < update["theta_1"] < 0.7
 
 
-def test_constant_relevance_keeps_the_thresholds_and_q_is_respected():
+def test_constant_relevance_keeps_the_thresholds_and_q_is_respected(identity_model):
     b = 4
     model = identity_model(4)
     loss = ReclusterableLadderLoss()
@@ -199,7 +198,7 @@ def test_constant_relevance_keeps_the_thresholds_and_q_is_respected():
     assert loss.relevance_sample.offered_count() == 12  # the 4th batch, after the reset
 
 
-def test_errors_and_config():
+def test_errors_and_config(identity_model):
     with pytest.raises(ValueError, match="threshold_variable"):
         LadderReclusterCallback(LadderLoss())
     with pytest.raises(ValueError, match="k_min"):

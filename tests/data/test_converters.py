@@ -22,7 +22,6 @@ from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic_records import encode_png
 from kitm.relevance.rows import load_document_frequency
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _records(root, split):
@@ -152,11 +151,11 @@ def _state(root):
     return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
 
 
-def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir):
+def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir, repo_root):
     flags = ["--dataset=flickr8k", f"--flickr8k_dir={shared_dir / 'data' / 'flickr8k'}", "--limit=12",
              "--num_shards=4", "--relevance=cider", "--quiet"]
     root = tmp_path / "killed" / "f8k"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KILL_AT_RECORD": "8", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": str(repo_root), "KILL_AT_RECORD": "8", "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run([sys.executable, "-c", _KILLING_BUILD, *flags, f"--out={root}"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == -9, result.stderr[-2000:]

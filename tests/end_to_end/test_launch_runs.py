@@ -1,33 +1,17 @@
 """End to end: the launcher trains under MirroredStrategy on 2 logical CPUs, logs, evaluates and exports;
-the SavedModel serves raw inputs in a process that never imports kitm; bad flags stop with clear messages."""
+the SavedModel serves raw inputs in a process that never imports kitm; bad flags stop with clear messages; a run
+whose embeddings collapse warns, logs and stops (--collapse_threshold, --stop_on_collapse)."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from serving_script import serve_in_fresh_python  # tests/ is on sys.path under pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_crop_fraction=1.0",
-              "--embedding_dim=32", "--word_dim=16", "--text_units=16", "--batch_size=16", "--learning_rate=1e-3",
-              "--relevance=truth", "--captions_per_step=sample", "--progress=false"]
-
-
-def _launch(args, cwd=ROOT, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "kitm.launch", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
 
 @pytest.fixture(scope="module")
-def mirrored_run(tiny_synthetic, tmp_path_factory):
+def mirrored_run(tiny_synthetic, tmp_path_factory, launch, tiny_flags):
     run_dir = tmp_path_factory.mktemp("runs") / "mirrored"
-    result = _launch([*TINY_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=2",
+    result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=2",
                       "--eval_every_epochs=1", "--strategy=mirrored", "--cpu_devices=2"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return run_dir, result
@@ -69,7 +53,7 @@ def test_tensorboard_has_every_loss_term_learning_rate_and_recall(mirrored_run):
 
 
 @pytest.mark.slow
-def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path):
+def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path, serve_in_fresh_python):
     import tensorflow as tf
 
     import kitm  # noqa: F401
@@ -107,28 +91,28 @@ def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path):
     np.testing.assert_allclose(served["scores"], image @ text.T, atol=1e-5)
 
 
-def test_missing_dataset_names_the_files_and_the_build_command(tmp_path):
-    result = _launch(["--flagfile=launch/coco.flags", f"--data_dir={tmp_path / 'coco'}", "--progress=false"])
+def test_missing_dataset_names_the_files_and_the_build_command(tmp_path, launch):
+    result = launch(["--flagfile=launch/coco.flags", f"--data_dir={tmp_path / 'coco'}", "--progress=false"])
     assert result.returncode == 2
     assert f"{tmp_path / 'coco' / 'dataset.json'}" in result.stderr
     assert "python -m kitm.data.build --dataset=karpathy" in result.stderr and "dataset_coco.json" in result.stderr
 
 
-def test_unknown_flag_in_a_flagfile_is_named(tmp_path):
+def test_unknown_flag_in_a_flagfile_is_named(tmp_path, launch):
     flagfile = tmp_path / "bad.flags"
     flagfile.write_text("--dataset=synthetic\n--learnin_rate=0.1\n")
-    result = _launch([f"--flagfile={flagfile}"])
+    result = launch([f"--flagfile={flagfile}"])
     assert result.returncode != 0 and "learnin_rate" in result.stderr
 
 
-def test_impossible_values_are_named(tiny_synthetic, tmp_path):
-    result = _launch(["--margin=-0.2"])
+def test_impossible_values_are_named(tiny_synthetic, tmp_path, launch, tiny_flags):
+    result = launch(["--margin=-0.2"])
     assert result.returncode != 0 and "--margin must be >= 0" in result.stderr
-    result = _launch([*TINY_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
+    result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
     assert result.returncode == 2 and "--batch_size=512 is larger than the 96 training samples" in result.stderr
 
 
-def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path):
+def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path, launch, tiny_flags):
     import shutil
 
     data_dir = tmp_path / "synthetic"
@@ -138,7 +122,27 @@ def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, so only reading finds it
     shard.write_bytes(bytes(data))
-    result = _launch([*TINY_FLAGS, f"--data_dir={data_dir}", f"--run_dir={tmp_path / 'run'}", "--epochs=1",
+    result = launch([*tiny_flags, f"--data_dir={data_dir}", f"--run_dir={tmp_path / 'run'}", "--epochs=1",
                       "--eval_every_epochs=0", "--export=false"])
     assert result.returncode == 2, result.stderr[-3000:]
     assert shard.name in result.stderr and "corrupt" in result.stderr
+
+
+@pytest.mark.slow
+def test_launcher_warns_logs_and_stops_on_collapse(tiny_synthetic, tmp_path, launch, tiny_flags):
+    run_dir = tmp_path / "run"
+    # Every run "collapses" under a threshold of 0.0001: the warning path is exercised deterministically.
+    result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=3",
+                      "--eval_every_epochs=0", "--export=false", "--collapse_threshold=0.0001", "--stop_on_collapse"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the embeddings collapsed in epoch 1" in result.stderr and "--hardest_warmup_epochs" in result.stderr
+    assert "this run's embeddings collapsed" in result.stderr  # repeated at the end, where it is seen
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["collapse"]["collapsed_epoch"] == 1 and summary["collapse"]["stopped"]
+    assert summary["epochs_run"] == 1
+    assert 0 < summary["final_train_metrics"]["collapse/image_cosine"] <= 1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "logs" / "train"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert {"epoch_collapse/image_cosine", "epoch_collapse/text_cosine"} <= set(events.Tags()["tensors"])

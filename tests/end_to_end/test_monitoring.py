@@ -8,38 +8,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
 import kitm  # noqa: F401
 from kitm.callbacks.projector import PROJECTOR_TENSOR
-from kitm.metrics import RelevanceStatistics
-from kitm.training.summaries import hparam_value
-from shared_runs import production_run  # tests/ is on sys.path under pytest
 
 
 @pytest.fixture(scope="module")
-def prod_run(tiny_synthetic, tmp_path_factory):
-    return production_run(tiny_synthetic, tmp_path_factory)
-
-
-def read_events(directory):
-    """{tag: [(step, value or plugin content)]} of every event file directly in `directory`."""
-    tags = {}
-    for event_file in sorted(directory.glob("events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
-            for value in event.summary.value:
-                plugin = value.metadata.plugin_data
-                if plugin.plugin_name == "hparams":
-                    content = plugin.content
-                elif value.HasField("tensor"):
-                    content = tf.make_ndarray(value.tensor)
-                else:
-                    content = value.simple_value
-                tags.setdefault(value.tag, []).append((event.step, content))
-    return tags
+def prod_run(production_run):
+    return production_run
 
 
 @pytest.mark.slow
-def test_scalars_for_loss_terms_learning_rate_relevance_and_validation(prod_run):
+def test_scalars_for_loss_terms_learning_rate_relevance_and_validation(prod_run, read_events):
     run_dir, _ = prod_run
     train = read_events(run_dir / "logs" / "train")
     for tag in ("epoch_loss", "epoch_triplet/i2t", "epoch_triplet/t2i", "epoch_learning_rate",
@@ -57,7 +36,7 @@ def test_scalars_for_loss_terms_learning_rate_relevance_and_validation(prod_run)
 
 
 @pytest.mark.slow
-def test_hparams_summary_holds_the_flags_and_the_final_test_figures(prod_run):
+def test_hparams_summary_holds_the_flags_and_the_final_test_figures(prod_run, read_events):
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     run_dir, _ = prod_run
@@ -83,7 +62,7 @@ def test_hparams_summary_holds_the_flags_and_the_final_test_figures(prod_run):
 
 
 @pytest.mark.slow
-def test_projector_files_and_tensorboards_projector_plugin(prod_run, tiny_synthetic):
+def test_projector_files_and_tensorboards_projector_plugin(prod_run, read_events, tiny_synthetic):
     from google.protobuf import text_format
     from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
     from tensorboard.plugins import base_plugin
@@ -122,70 +101,3 @@ def test_projector_files_and_tensorboards_projector_plugin(prod_run, tiny_synthe
     assert found.tensor_name == PROJECTOR_TENSOR and list(found.tensor_shape) == [36, 32]
 
 
-def test_relevance_statistics_pool_negatives_over_batches_like_numpy():
-    rng = np.random.default_rng(0)
-    metric = RelevanceStatistics()
-    batches = []
-    for _ in range(3):
-        relevance = rng.uniform(size=(6, 6)).astype(np.float32)
-        image_index = np.array([0, 0, 1, 2, 3, 3], np.int32)  # two captions of image 0 and of image 3
-        metric.update_state({"relevance": relevance, "image_index": image_index})
-        batches.append((relevance, image_index))
-    negatives = np.concatenate([r[(i[:, None] != i[None, :])] for r, i in batches]).astype(np.float64)
-    positives = np.concatenate([np.diag(r) for r, _ in batches])
-    result = {key: float(value) for key, value in metric.result().items()}
-    assert result["relevance/negative_mean"] == pytest.approx(negatives.mean(), rel=1e-6)
-    assert result["relevance/negative_std"] == pytest.approx(negatives.std(), rel=1e-5)
-    assert result["relevance/positive_mean"] == pytest.approx(positives.mean(), rel=1e-6)
-    metric.update_state({"image_index": np.arange(6)})  # no relevance: nothing to pool
-    assert float(metric.result()["relevance/negative_mean"]) == pytest.approx(negatives.mean(), rel=1e-6)
-    metric.reset_state()
-    assert float(metric.result()["relevance/negative_mean"]) == 0.0
-
-
-def test_margins_and_ladder_thresholds_reach_tensorboard(tmp_path):
-    """The adaptive-margin and ladder re-clustering callbacks put their state in the epoch logs; placed before
-    Keras' TensorBoard callback they become `epoch_<loss>/...` scalars next to the loss terms."""
-    import warnings
-
-    from kitm.callbacks import AdaptiveMarginCallback, LadderReclusterCallback
-    from kitm.losses import ReclusterableLadderLoss
-    from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
-    from kitm.models import DualEncoder
-
-    b, d = 6, 4
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(b, d)).astype(np.float32)
-    y = rng.normal(size=(b, d)).astype(np.float32)
-    relevance = [rng.uniform(size=(b, b)).astype(np.float32) for _ in range(4)]
-    data = tf.data.Dataset.from_tensor_slices(({"image": np.stack([x] * 4), "tokens": np.stack([y] * 4)},
-                                               {"relevance": np.stack(relevance),
-                                                "image_index": np.tile(np.arange(b, dtype=np.int32), (4, 1))}))
-    # Embeddings = the inputs, normalised (identity towers and projections): the test chooses the geometry.
-    model = DualEncoder(keras.layers.Identity(), keras.layers.Identity(), embedding_dim=d)
-    model.build_from_inputs({"image": tf.TensorSpec([None, d]), "tokens": tf.TensorSpec([None, d])})
-    for projection in (model.image_projection, model.text_projection):
-        projection.kernel.assign(np.eye(d, dtype=np.float32))
-        projection.bias.assign(np.zeros(d, np.float32))
-    model.trainable = False
-    model.compile(keras.optimizers.SGD(0.1),
-                  losses={"amt": AdaptiveMarginTripletLoss(0.2, 0.2, sampling="all"),
-                          "ladder": ReclusterableLadderLoss(thresholds=(0.6,), margins=(0.2, 0.01), betas=(1.0, 0.5))},
-                  monitors=[RelevanceStatistics()])
-    callbacks = [AdaptiveMarginCallback(every_batches=2), LadderReclusterCallback(every_batches=2, k_min=2),
-                 keras.callbacks.TensorBoard(str(tmp_path / "logs"))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the frozen identity model has no trainable weights, by design
-        model.fit(data, epochs=2, verbose=0, callbacks=callbacks, shuffle=False)
-    tags = read_events(tmp_path / "logs" / "train")
-    for tag in ("epoch_amt/i2t", "epoch_amt/margin_x", "epoch_amt/margin_y", "epoch_amt/share_x",
-                "epoch_ladder/level_1", "epoch_ladder/level_2", "epoch_ladder/theta_1", "epoch_ladder/clusters",
-                "epoch_ladder/level_1_count", "epoch_relevance/negative_mean", "epoch_learning_rate"):
-        assert len(tags.get(tag, [])) == 2, tag
-    assert float(tags["epoch_ladder/theta_1"][-1][1]) == pytest.approx(float(callbacks[1].updates[-1]["theta_1"]))
-    assert float(tags["epoch_amt/margin_x"][-1][1]) == pytest.approx(callbacks[0].margins()["x"])
-
-
-def test_hparam_values_become_plugin_types():
-    assert hparam_value(["0.2", "0.01"]) == "0.2,0.01" and hparam_value(None) == ""
-    assert hparam_value(True) is True and hparam_value(3) == 3 and hparam_value(float("inf")) == "inf"

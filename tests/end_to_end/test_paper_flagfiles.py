@@ -1,16 +1,14 @@
 """The paper flagfiles train on the synthetic world through the launcher (a --dataset override), with their own
 relevance sources from the records: SAM on CIDEr-D, the ladders on SBERT, the neighbourhood loss on
 neighbour-aware batches (its coverage logged). Two runs cover every loss by composing them (--loss=a,b); every
-flagfile's objective is built from its flags in test_launch_objectives.py."""
+flagfile's objective is built from its flags in tests/test_launch.py."""
 
 import json
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
-from test_launch import ROOT, _launch
 
 SMALL = ["--dataset=synthetic", "--image_size=32", "--embedding_dim=32", "--word_dim=16", "--text_units=16",
          "--batch_size=16", "--epochs=1", "--eval_every_epochs=0", "--export=false", "--progress=false",
@@ -41,9 +39,9 @@ def rich_world(tmp_path_factory):
     ("neighborhoods.flags", ["--loss=neighborhood,ladder_adaptive", "--relevance=sbert"],
      ["neighborhood/text_neighbors", "neighbor_coverage", "ladder/level_2", "ladder/levels_per_query"]),
 ])
-def test_paper_flagfile_runs_on_the_synthetic_world(rich_world, tmp_path, flagfile, extra, loss_terms):
+def test_paper_flagfile_runs_on_the_synthetic_world(rich_world, tmp_path, flagfile, extra, loss_terms, launch, repo_root):
     run_dir = tmp_path / "run"
-    result = _launch([f"--flagfile={ROOT / 'launch' / flagfile}", *SMALL, f"--data_dir={rich_world}",
+    result = launch([f"--flagfile={repo_root / 'launch' / flagfile}", *SMALL, f"--data_dir={rich_world}",
                       f"--run_dir={run_dir}", *extra])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "Defaults for --dataset=synthetic" in result.stdout
@@ -71,9 +69,9 @@ def learning_world(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flagfile", ["ladder.flags", "neighborhoods.flags"])
-def test_paper_flagfile_learns_on_a_small_synthetic_world(learning_world, tmp_path, flagfile):
+def test_paper_flagfile_learns_on_a_small_synthetic_world(learning_world, tmp_path, flagfile, launch, repo_root):
     run_dir = tmp_path / "run"
-    result = _launch([f"--flagfile={ROOT / 'launch' / flagfile}", *LEARN, f"--data_dir={learning_world}",
+    result = launch([f"--flagfile={repo_root / 'launch' / flagfile}", *LEARN, f"--data_dir={learning_world}",
                       f"--run_dir={run_dir}"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -25,7 +25,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The snippets parametrize the test at import, before any fixture: the root from this file's place.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 # State name -> (the README command the marker must name, the flags added to make it quick).

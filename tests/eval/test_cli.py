@@ -3,7 +3,6 @@ through its SavedModel, relevance from the split (truth, CIDEr-D, SBERT), the CO
 
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import kitm  # noqa: F401
 from kitm.eval import evaluate
 from kitm.eval.cli import main
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _keys_to_int(block):
@@ -357,16 +355,16 @@ def test_bad_input_against_a_dataset(run, run_report, tiny_synthetic, capsys):
     assert "SPICE" in _error([sims, data, "--split=test", "--relevance=spice"], capsys).upper()
 
 
-def test_python_dash_m_entry_point(matrices):
+def test_python_dash_m_entry_point(matrices, repo_root):
     folder, _, _ = matrices
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     ok = subprocess.run([sys.executable, "-m", "kitm.eval", f"--sims={folder / 'sims.npy'}",
                          f"--relevance_matrix={folder / 'relevance.npy'}", f"--out={folder / 'sub.json'}"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                        cwd=repo_root, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "text->image" in ok.stdout and json.loads((folder / "sub.json").read_text())["num_images"] == 20
     bad = subprocess.run([sys.executable, "-m", "kitm.eval", f"--sims={folder / 'sims.npy'}", "--ks=1,500"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=repo_root, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "kitm.eval: error: `ks` holds [500], larger than the 100 candidates an i2t query ranks."]

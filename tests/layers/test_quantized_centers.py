@@ -187,9 +187,7 @@ def test_loss_initialize_from_config_and_errors():
         quantized_center_terms(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 5)), np.zeros((2, 5)), np.zeros((4, 3)))
 
 
-def test_phase_two_trains_the_quantizer_with_the_model_frozen():
-    from test_centers import identity_model  # noqa: E402  (tests/ is on sys.path under pytest)
-
+def test_phase_two_trains_the_quantizer_with_the_model_frozen(identity_model):
     rng = np.random.default_rng(7)
     d, b = 4, 6
     x, y = unit(rng, b, d).astype(np.float32), unit(rng, b, d).astype(np.float32)

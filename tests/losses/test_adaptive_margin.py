@@ -1,5 +1,6 @@
 """Adaptive-margin triplet loss (Malali & Keller, Eqs. 10-13) and AdaptiveMarginCallback: loop oracles, counts,
-gradients, config and the margin update rule in `fit`."""
+gradients, config and the margin update rule in `fit`. The callback's tests (kitm.callbacks.adaptive_margin) are
+here, beside the loss whose oracle they use."""
 
 import math
 import os
@@ -13,7 +14,6 @@ import keras
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.losses.adaptive_margin import (AdaptiveMarginTripletLoss, adaptive_margin_triplet_loss,
                                          adaptive_margin_triplet_terms, pairwise_l2_distances)
-from kitm.models import DualEncoder
 
 
 def unit(rng, b, d=5):
@@ -221,17 +221,6 @@ def test_get_config_round_trip():
 # The callback in fit
 # ------------------------------------------------------------------------------------------------
 
-def identity_model(dim):
-    """A DualEncoder whose embeddings are its inputs, normalised: the test chooses the geometry."""
-    model = DualEncoder(keras.layers.Identity(), keras.layers.Identity(), embedding_dim=dim)
-    model.build_from_inputs({"image": tf.TensorSpec([None, dim]), "tokens": tf.TensorSpec([None, dim])})
-    for projection in (model.image_projection, model.text_projection):
-        projection.kernel.assign(np.eye(dim, dtype=np.float32))
-        projection.bias.assign(np.zeros(dim, np.float32))
-    model.trainable = False
-    return model
-
-
 def dataset(image, text, repeat, image_index=None):
     y = {"image_index": np.arange(len(image), dtype=np.int32) if image_index is None else image_index}
     return tf.data.Dataset.from_tensors(({"image": image.astype(np.float32), "tokens": text.astype(np.float32)},
@@ -246,7 +235,7 @@ def fit(model, data, callbacks, epochs=1, **kwargs):
         return model.fit(data, epochs=epochs, verbose=0, callbacks=callbacks, shuffle=False, **kwargs)
 
 
-def test_margins_grow_by_c_every_q_batches_until_the_cap():
+def test_margins_grow_by_c_every_q_batches_until_the_cap(identity_model):
     d = 6
     basis = np.eye(d)  # x_p = y_p = e_p: D+ = 0, D- = sqrt(2) > every margin below the cap
     model = identity_model(d)
@@ -267,7 +256,7 @@ def test_margins_grow_by_c_every_q_batches_until_the_cap():
     assert history.history["amt/share_y"] == [1.0, 1.0]
 
 
-def test_share_is_satisfied_over_used_and_margin_stays_at_or_below_r():
+def test_share_is_satisfied_over_used_and_margin_stays_at_or_below_r(identity_model):
     rng = np.random.default_rng(9)
     b, d = 6, 6
     x, y = unit(rng, b, d), unit(rng, b, d)
@@ -288,7 +277,7 @@ def test_share_is_satisfied_over_used_and_margin_stays_at_or_below_r():
     assert update[f"margin_{grown}"] == pytest.approx(0.22) and update[f"margin_{kept}"] == pytest.approx(0.2)
 
 
-def test_validation_does_not_count_and_steps_per_execution_counts_every_step(tmp_path):
+def test_validation_does_not_count_and_steps_per_execution_counts_every_step(tmp_path, identity_model):
     d = 5
     basis = np.eye(d)
     model = identity_model(d)
@@ -303,7 +292,7 @@ def test_validation_does_not_count_and_steps_per_execution_counts_every_step(tmp
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "logs"))
 
 
-def test_callback_finds_the_loss_and_rejects_a_missing_one_or_a_margin_above_the_cap():
+def test_callback_finds_the_loss_and_rejects_a_missing_one_or_a_margin_above_the_cap(identity_model):
     d = 4
     basis = np.eye(d)
     model = identity_model(d)
@@ -317,7 +306,7 @@ def test_callback_finds_the_loss_and_rejects_a_missing_one_or_a_margin_above_the
         fit(model, dataset(basis, basis, 1), [AdaptiveMarginCallback(every_batches=1, max_margin=0.4)])
 
 
-def test_no_update_before_q_batches_and_no_negative_means_no_change():
+def test_no_update_before_q_batches_and_no_negative_means_no_change(identity_model):
     d = 4
     basis = np.eye(d)
     model = identity_model(d)
@@ -332,5 +321,5 @@ def test_no_update_before_q_batches_and_no_negative_means_no_change():
 
 
 # The counters under MirroredStrategy (2 logical CPUs, summed over replicas, margins assigned on every replica)
-# are checked in tests/test_centers.py::test_loss_owned_state_under_mirrored_strategy, one subprocess for all
+# are checked in tests/losses/test_centers.py::test_loss_owned_state_under_mirrored_strategy, one subprocess for all
 # the loss-owned state of the semantic centers objective and of the ladder re-clustering.

@@ -14,7 +14,6 @@ import pathlib
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 from kitm.data import schema
@@ -24,8 +23,6 @@ from kitm.data.records import parse_record, read_records
 from kitm.relevance.image_features import (ImageFeatureExtractor, ImageFiles, ImageNeighborOptions, PixelArrays,
                                            StoredFeatures, neighbor_space_embeddings, split_image_features)
 from kitm.relevance.rows import compute_image_neighbor_rows
-
-from test_launch import ROOT, _launch
 
 C = 3
 
@@ -344,23 +341,3 @@ def test_launcher_names_flag_slot_and_build_command_when_image_rows_are_missing(
         flags.FLAGS.unparse_flags()
 
 
-def test_img_nns_flagfile_trains_on_image_neighbor_batches(image_neighbor_world, tmp_path):
-    run_dir = tmp_path / "run"
-    result = _launch([f"--flagfile={ROOT / 'launch' / 'neighborhoods_imgnns.flags'}", "--dataset=synthetic",
-                      f"--data_dir={image_neighbor_world}", f"--run_dir={run_dir}", "--image_size=32",
-                      "--embedding_dim=32", "--word_dim=16", "--text_units=16", "--batch_size=16", "--epochs=1",
-                      "--eval_every_epochs=0", "--export=false", "--progress=false", "--eval_relevance=truth",
-                      "--captions_per_step=sample",
-                      "--projector_samples=0"])
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["flags"]["neighbor_space"] == "image"
-    metrics = summary["final_train_metrics"]
-    assert metrics["neighbor_coverage"] >= 0.9
-    assert np.isfinite(metrics["neighborhood/image_neighbors"]) and np.isfinite(metrics["loss"])
-    # The coverage reaches TensorBoard, next to the loss terms.
-    tags = set()
-    for event_file in (run_dir / "logs" / "train").glob("events.out.tfevents.*"):
-        for record in tf.data.TFRecordDataset(str(event_file)):
-            tags.update(value.tag for value in tf.compat.v1.Event.FromString(record.numpy()).summary.value)
-    assert {"epoch_neighbor_coverage", "epoch_neighborhood/image_neighbors"} <= tags, sorted(tags)

@@ -2,8 +2,8 @@
 
 Oracle: outputs of pycocoevalcap's own jar (``java -cp stanford-corenlp-3.4.1.jar
 edu.stanford.nlp.process.PTBTokenizer -preserveLines -lowerCase``), recorded in
-``tests/data/ptb_java_recorded.json`` by running this file as a script (``python
-tests/test_text_normalization.py``, needs java). Each recorded text was tokenised on its own line,
+``tests/relevance/ptb_java_recorded.json`` by running this file as a script (``python
+tests/relevance/test_text_normalization.py``, needs java). Each recorded text was tokenised on its own line,
 followed by a neutral line, so no caption sees the next one (see test_cross_caption_context).
 
 Recorded: ``cases``, probe captions for each convention (clitics, abbreviations, numbers, hyphens,
@@ -32,7 +32,7 @@ from kitm.relevance.text_normalization import (
     ptb_tokenize,
 )
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ptb_java_recorded.json")
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptb_java_recorded.json")
 
 
 def _load() -> dict:

@@ -13,7 +13,6 @@ import kitm  # noqa: F401
 from kitm.losses import TripletLoss
 from kitm.models import DualEncoder
 from kitm.training import schedules
-from shared_runs import launch
 
 # ---- schedules ------------------------------------------------------------------------------------------------
 
@@ -351,7 +350,7 @@ def test_resnet50_backbone_frozen_then_fine_tuned():
 # ---- launcher flags -----------------------------------------------------------------------------------------
 
 
-def test_launcher_refuses_contradictory_training_controls(tiny_synthetic, tmp_path):
+def test_launcher_refuses_contradictory_training_controls(tiny_synthetic, tmp_path, launch):
     base = ["--dataset=synthetic", "--image_size=32", f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}",
             "--batch_size=16", "--progress=false", "--epochs=2"]
     result = launch([*base, "--finetune_after_epochs=1"])
