@@ -1,4 +1,4 @@
-"""Build time added by image-space neighbour rows (`python -m kitm.data.build --image_neighbors=...`, seed 004's
+"""Build time added by image-space neighbour rows (`python -m kitm.data.build --image_neighbors=...`, Thomas & Kovashka's
 "Img NNs" variant), per space, measured on this machine:
 
 * pixels: a synthetic world of --scenes scenes (features of every split + exact neighbour search, k = 200), and the

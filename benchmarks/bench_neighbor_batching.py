@@ -1,6 +1,6 @@
 """Neighbour coverage of neighbour-aware batching: the share of batch rows whose semantic neighbour is in the batch.
 
-Seed 004's within-modality terms need each anchor's sampled neighbour i' (one of the k nearest captions of text
+Thomas & Kovashka's within-modality terms need each anchor's sampled neighbour i' (one of the k nearest captions of text
 i) in the same batch. The script reads a built dataset's neighbour rows (no images) and prints, at batch 128,
 
 * random batches (what an ordinary shuffled pipeline gives): rows that meet any of their k neighbours;
@@ -8,7 +8,7 @@ i) in the same batch. The script reads a built dataset's neighbour rows (no imag
 * paired batches, partner drawn among mutual neighbours when there are any (kitm's default);
 
 plus the time to plan one batch. Target: at least 90% with the default. `--space image` reads the image-space
-neighbour rows instead (seed 004's "Img NNs" variant; a dataset built with --image_neighbors).
+neighbour rows instead (Thomas & Kovashka's "Img NNs" variant; a dataset built with --image_neighbors).
 
     python benchmarks/bench_neighbor_batching.py --data_dir /tmp/f8k_captions [--batch 128] [--batches 200]
     python benchmarks/bench_neighbor_batching.py --data_dir /tmp/synthetic_imgnn --space image

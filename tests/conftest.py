@@ -1,6 +1,12 @@
-"""Shared pytest setup: quiet TensorFlow, offline sentence-transformers, the tiny synthetic world, and the work
-units that let pytest-xdist (`-n 2` in setup.cfg) run the suite on two workers without running an expensive
-fixture twice."""
+"""Shared pytest setup: quiet TensorFlow, offline sentence-transformers, the repository paths, the tiny synthetic
+world, helpers that start kitm in a fresh interpreter, and the work units that let pytest-xdist (`-n 2` in
+setup.cfg) run the suite on two workers without running an expensive fixture twice.
+
+The tests mirror the package: the test of `kitm/<subpackage>/<module>.py` is `tests/<subpackage>/test_<module>.py`,
+of `kitm/<module>.py` `tests/test_<module>.py`; whole runs through `python -m kitm.launch` (and kitm.study, the
+README, the two-worker cluster) are under `tests/end_to_end/`. pytest imports test modules with
+`--import-mode=importlib` (setup.cfg), so no test module imports another: what several share is a fixture here
+(or in a folder's own conftest.py)."""
 
 import os
 
@@ -9,23 +15,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
-import shared_runs  # tests/ is on sys.path under pytest
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 
-SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
+# The launcher's tiny model on the synthetic world: what the launcher tests (and the end-to-end runs) train.
+TINY_FLAGS = ("--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_crop_fraction=1.0",
+              "--embedding_dim=32", "--word_dim=16", "--text_units=16", "--batch_size=16", "--learning_rate=1e-3",
+              "--relevance=truth", "--captions_per_step=sample", "--progress=false")
 
-
-# Test modules that must share one xdist worker because they share a session-cached run (a module-scoped
-# fixture already keeps each module's own runs to one worker).
-SHARED_RUN_GROUPS = {module: "production_run" for module in shared_runs.USERS}
+# Test modules that must share one xdist worker because they share a session-cached run (a module-scoped fixture
+# already keeps each module's own runs to one worker), by their path from the repository root (a node id's start).
+SHARED_RUN_GROUPS = {"tests/end_to_end/test_export.py": "production_run",
+                     "tests/end_to_end/test_monitoring.py": "production_run"}
 
 
 def work_unit(nodeid: str) -> str:
     """The xdist work unit of a test: its module, or the group of modules that share a session-cached run."""
     module = nodeid.split("::", 1)[0]
-    return SHARED_RUN_GROUPS.get(pathlib.PurePosixPath(module).name, module)
+    return SHARED_RUN_GROUPS.get(module, module)
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: optional, so `-p no:xdist` still loads this file
@@ -58,10 +70,121 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def repo_root() -> pathlib.Path:
+    """The checkout under test (its `launch/` flagfiles, README.md, kitm/)."""
+    return ROOT
+
+
+@pytest.fixture(scope="session")
 def shared_dir() -> pathlib.Path:
     if not SHARED.is_dir():
         raise RuntimeError(f"The shared data folder is expected beside the checkout at {SHARED}.")
     return SHARED
+
+
+def kitm_env(**extra) -> dict:
+    """The environment of a child process that imports kitm: this checkout first on PYTHONPATH, TensorFlow quiet."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT), **extra)
+
+
+@pytest.fixture(scope="session")
+def subprocess_env():
+    """`subprocess_env(**extra)`: a child process's environment with this checkout on PYTHONPATH."""
+    return kitm_env
+
+
+@pytest.fixture(scope="session")
+def tiny_flags() -> list:
+    """The launcher flags of the tiny model on the synthetic world (a fresh list each time it is asked for)."""
+    return list(TINY_FLAGS)
+
+
+@pytest.fixture(scope="session")
+def launch():
+    """`launch(args, cwd=<repository>, timeout=600)`: `python -m kitm.launch *args` in a fresh interpreter,
+    output captured (a CompletedProcess)."""
+    def run(args, cwd=ROOT, timeout=600):
+        return subprocess.run([sys.executable, "-m", "kitm.launch", *args], cwd=cwd, env=kitm_env(),
+                              capture_output=True, text=True, timeout=timeout)
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_python():
+    """`run_python(script, *args, cwd, timeout=300)`: a Python source string in a fresh interpreter, with the
+    caller's environment (TensorFlow quiet); a serving client's view needs nothing of kitm."""
+    def run(script, *args, cwd, timeout=300):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                              env=env, cwd=cwd, timeout=timeout)
+    return run
+
+
+@pytest.fixture(scope="session")
+def identity_model():
+    """`identity_model(dim)`: a DualEncoder whose embeddings are its inputs, normalised (identity towers and
+    projections, frozen): the test chooses the geometry."""
+    import numpy as np
+    import tensorflow as tf
+
+    import keras
+    from kitm.models import DualEncoder
+
+    def build(dim):
+        model = DualEncoder(keras.layers.Identity(), keras.layers.Identity(), embedding_dim=dim)
+        model.build_from_inputs({"image": tf.TensorSpec([None, dim]), "tokens": tf.TensorSpec([None, dim])})
+        for projection in (model.image_projection, model.text_projection):
+            projection.kernel.assign(np.eye(dim, dtype=np.float32))
+            projection.bias.assign(np.zeros(dim, np.float32))
+        model.trainable = False
+        return model
+    return build
+
+
+@pytest.fixture(scope="session")
+def read_events():
+    """`read_events(directory)`: TensorBoard event files read back."""
+    import tensorflow as tf
+
+    def read(directory):
+        """{tag: [(step, value or plugin content)]} of every event file directly in `directory`."""
+        tags = {}
+        for event_file in sorted(directory.glob("events.out.tfevents.*")):
+            for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+                for value in event.summary.value:
+                    plugin = value.metadata.plugin_data
+                    if plugin.plugin_name == "hparams":
+                        content = plugin.content
+                    elif value.HasField("tensor"):
+                        content = tf.make_ndarray(value.tensor)
+                    else:
+                        content = value.simple_value
+                    tags.setdefault(value.tag, []).append((event.step, content))
+        return tags
+    return read
+
+
+@pytest.fixture(scope="session")
+def checkpoint_tensors():
+    """`checkpoint_tensors(state_dir, prefix)`: {key: array} of the tensors under `prefix` in `<state_dir>/ckpt`
+    (the loss-state and phase checkpoints of the semantic centers objective)."""
+    import tensorflow as tf
+
+    def read(state_dir, prefix):
+        reader = tf.train.load_checkpoint(str(pathlib.Path(state_dir) / "ckpt"))
+        return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map() if key.startswith(prefix)}
+    return read
+
+
+@pytest.fixture(scope="session")
+def quantizer_centers():
+    """`quantizer_centers(tensors, count, dim)`: the quantized centres among a state's tensors, the [N_q, D] one
+    under the quantizer."""
+    def find(tensors, count, dim):
+        (value,) = [v for k, v in tensors.items()
+                    if k.startswith("losses/quantized/quantizer/") and v.shape == (count, dim)]
+        return value
+    return find
 
 
 @pytest.fixture(scope="session")

@@ -1,144 +1,168 @@
-"""End to end: the launcher trains under MirroredStrategy on 2 logical CPUs, logs, evaluates and exports;
-the SavedModel serves raw inputs in a process that never imports kitm; bad flags stop with clear messages."""
+"""The launcher's --loss flags build each paper's objective, and refuse impossible settings by flag name."""
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
-import numpy as np
 import pytest
+from absl import flags
 
-from serving_script import serve_in_fresh_python  # tests/ is on sys.path under pytest
+import kitm  # noqa: F401
+from kitm import launch
+from kitm.experiment import datasets, objectives
+from kitm.losses import AdaptiveLadderLoss, AngularLoss, LadderLoss, NeighborhoodAngularLoss, SAMLoss, TripletLoss
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_crop_fraction=1.0",
-              "--embedding_dim=32", "--word_dim=16", "--text_units=16", "--batch_size=16", "--learning_rate=1e-3",
-              "--relevance=truth", "--captions_per_step=sample", "--progress=false"]
-
-
-def _launch(args, cwd=ROOT, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "kitm.launch", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+FLAGS = flags.FLAGS
 
 
-@pytest.fixture(scope="module")
-def mirrored_run(tiny_synthetic, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("runs") / "mirrored"
-    result = _launch([*TINY_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=2",
-                      "--eval_every_epochs=1", "--strategy=mirrored", "--cpu_devices=2"])
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return run_dir, result
+def build_objective(steps_per_epoch=1):
+    """What the launcher builds for the parsed flags, with the library's errors named by flag."""
+    with launch.flag_errors():
+        return objectives.build_objective(launch.experiment_config(), steps_per_epoch)
 
 
-@pytest.mark.slow
-def test_mirrored_run_trains_evaluates_and_writes_everything(mirrored_run):
-    run_dir, result = mirrored_run
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["replicas"] == 2
-    assert summary["epochs_run"] == 2 and summary["steps_per_epoch"] == 96 // 16
-    assert np.isfinite(summary["final_train_metrics"]["loss"])
-    assert set(summary["test"]) >= {"i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10",
-                                    "i2t_NCS@1", "t2i_SR@10"}  # the synthetic world's truth gives NCS and SR
-    assert summary["flags"]["strategy"] == "mirrored"
-    assert "text->image" in result.stdout
-    for name in ("vocabulary.txt", "checkpoints/last.weights.h5", "evaluations.jsonl", "export/1/saved_model.pb"):
-        assert (run_dir / name).exists(), name
-    lines = (run_dir / "evaluations.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+@pytest.fixture
+def parse():
+    def parse_flags(*args):
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", *args])
+        return build_objective()[0]
+
+    yield parse_flags
+    FLAGS.unparse_flags()
 
 
-@pytest.mark.slow
-def test_tensorboard_has_every_loss_term_learning_rate_and_recall(mirrored_run):
-    import tensorflow as tf
-
-    run_dir, _ = mirrored_run
-    tags = {}
-    for writer in ("train", "validation"):
-        tags[writer] = set()
-        for event_file in (run_dir / "logs" / writer).glob("events.out.tfevents.*"):
-            for record in tf.data.TFRecordDataset(str(event_file)):
-                event = tf.compat.v1.Event.FromString(record.numpy())
-                tags[writer].update(value.tag for value in event.summary.value)
-    assert {"epoch_loss", "epoch_triplet/i2t", "epoch_triplet/t2i", "epoch_learning_rate"} <= tags["train"]
-    # Keras' TensorBoard callback writes the "val_" figures to the validation writer without the prefix.
-    assert {"epoch_i2t_R@1", "epoch_t2i_R@10", "epoch_rsum", "epoch_i2t_NCS@1"} <= tags["validation"]
-    assert any(tag.startswith("retrieval_top5/") for tag in tags["validation"])  # the top-5 image summaries
-
-
-@pytest.mark.slow
-def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path):
-    import tensorflow as tf
-
-    import kitm  # noqa: F401
-    from kitm.ops.images import decode_image
-    from kitm.layers import CaptionTokenizer, GRUTextEncoder, SmallConvEncoder
-    from kitm.models import DualEncoder
-
-    run_dir, _ = mirrored_run
-    captions = ["a small red circle", "A blue square left of a green triangle.", "something unknown entirely"]
-    image_paths = []
-    from kitm.data import synthetic
-    from kitm.data.synthetic_records import encode_png
-
-    world = synthetic.generate_world(12, seed=3, image_size=32)
-    for i in range(3):
-        path = tmp_path / f"scene{i}.png"
-        path.write_bytes(encode_png(world.images[i]))
-        image_paths.append(str(path))
-    out = tmp_path / "served.npz"
-    result = serve_in_fresh_python(run_dir / "export" / "1", json.dumps(captions), json.dumps(image_paths), out,
-                                   cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    served = np.load(out)
-    assert "every caption must contain text" in json.loads(result.stdout.strip().splitlines()[-1])["empty"]
-
-    # The same embeddings from the Keras model restored from the run's last checkpoint.
-    tokenizer = CaptionTokenizer(str(run_dir / "vocabulary.txt"), 32)
-    model = DualEncoder(SmallConvEncoder(), GRUTextEncoder(tokenizer.vocabulary_size, 16, 16), 32, name="dual_encoder")
-    model({"image": tf.zeros([1, 32, 32, 3]), "tokens": tf.zeros([1, 32], tf.int32)})
-    model.load_weights(str(run_dir / "checkpoints" / "last.weights.h5"))
-    text = model.encode_text(tokenizer(tf.constant(captions))).numpy()
-    image = model.encode_image(tf.stack([decode_image(open(p, "rb").read()) for p in image_paths])).numpy()
-    np.testing.assert_allclose(served["text"], text, atol=1e-5)
-    np.testing.assert_allclose(served["image"], image, atol=1e-5)
-    np.testing.assert_allclose(served["scores"], image @ text.T, atol=1e-5)
+def test_each_loss_flag_builds_its_objective(parse):
+    triplet = parse("--loss=triplet", "--margin=0.3", "--max_violation=false")["triplet"]
+    assert isinstance(triplet, TripletLoss) and (triplet.margin, triplet.max_violation) == (0.3, False)
+    sam = parse("--loss=sam", "--relevance=truth", "--sam_tau=3", "--sam_sampling=random", "--sam_weight=0.5")["sam"]
+    assert isinstance(sam, SAMLoss)
+    assert (sam.tau, sam.sampling, sam.sam_weight, sam.triplet_weight) == (3.0, "random", 0.5, 1.0)
+    ladder = parse("--loss=ladder", "--relevance=truth", "--ladder_thresholds=0.6,0.3",
+                   "--ladder_margins=0.2,0.01,0.01", "--ladder_betas=1,0.25,0.125")["ladder"]
+    assert isinstance(ladder, LadderLoss) and list(ladder.thresholds) == [0.6, 0.3]
+    adaptive = parse("--loss=ladder_adaptive", "--relevance=truth", "--ladder_level_bounds=2,5")["ladder"]
+    assert isinstance(adaptive, AdaptiveLadderLoss) and tuple(adaptive.level_bounds) == (2, 5)
+    assert adaptive.lloyd_runs == 1
+    exact = parse("--loss=ladder_adaptive", "--relevance=truth", "--ladder_lloyd_runs=0")["ladder"]
+    assert exact.lloyd_runs == 0
+    assert isinstance(parse("--loss=angular", "--angle_degrees=40")["angular"], AngularLoss)
 
 
-def test_missing_dataset_names_the_files_and_the_build_command(tmp_path):
-    result = _launch(["--flagfile=launch/coco.flags", f"--data_dir={tmp_path / 'coco'}", "--progress=false"])
-    assert result.returncode == 2
-    assert f"{tmp_path / 'coco' / 'dataset.json'}" in result.stderr
-    assert "python -m kitm.data.build --dataset=karpathy" in result.stderr and "dataset_coco.json" in result.stderr
+def test_relevance_losses_need_a_relevance_source(parse):
+    with pytest.raises(launch.LaunchError, match="--loss=sam learns from graded relevance: set --relevance"):
+        parse("--loss=sam")
 
 
-def test_unknown_flag_in_a_flagfile_is_named(tmp_path):
-    flagfile = tmp_path / "bad.flags"
-    flagfile.write_text("--dataset=synthetic\n--learnin_rate=0.1\n")
-    result = _launch([f"--flagfile={flagfile}"])
-    assert result.returncode != 0 and "learnin_rate" in result.stderr
+def test_inconsistent_ladder_flags_are_named(parse):
+    with pytest.raises(launch.LaunchError, match="--loss=ladder"):
+        parse("--loss=ladder", "--relevance=truth", "--ladder_thresholds=0.3,0.6")
+    with pytest.raises(launch.LaunchError, match="--ladder_margins=a,b"):
+        parse("--loss=ladder", "--relevance=truth", "--ladder_margins=a,b")
 
 
-def test_impossible_values_are_named(tiny_synthetic, tmp_path):
-    result = _launch(["--margin=-0.2"])
-    assert result.returncode != 0 and "--margin must be >= 0" in result.stderr
-    result = _launch([*TINY_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
-    assert result.returncode == 2 and "--batch_size=512 is larger than the 96 training samples" in result.stderr
+def test_several_losses_are_composed_with_their_weights():
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", "--loss=triplet,ladder_adaptive,neighborhood", "--loss_weights=1,0.5,2",
+               "--relevance=sbert", "--neighborhood_base=triplet"])
+        losses, weights = build_objective()
+        assert list(losses) == ["triplet", "ladder", "neighborhood"]
+        assert weights == {"triplet": 1.0, "ladder": 0.5, "neighborhood": 2.0}
+        neighborhood = losses["neighborhood"]
+        assert isinstance(neighborhood, NeighborhoodAngularLoss)
+        assert (neighborhood.base, neighborhood.alpha, neighborhood.beta) == ("triplet", 0.3, 0.1)
+        config = launch.experiment_config()
+        assert objectives.uses_neighbor_batching(config)
+        assert objectives.required_relevance_slots(config) == ["sbert", "neighbors"]
+        assert datasets.default_data_dir(config) == "tfrecords/synthetic_neighbors_sbert"
+    finally:
+        FLAGS.unparse_flags()
 
 
-def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path):
-    import shutil
+@pytest.mark.parametrize("args, message", [
+    (["--loss=triplet,bleu"], "unknown loss"),
+    (["--loss=ladder,ladder_adaptive", "--relevance=truth"], "names a loss twice"),
+    (["--loss=triplet,angular", "--loss_weights=1"], "gives 1 weights for the 2 losses"),
+    (["--loss=triplet", "--loss_weights=-1"], "must be >= 0"),
+    (["--loss=triplet,ladder"], "--loss=ladder learns from graded relevance"),
+])
+def test_bad_loss_combinations_are_named(parse, args, message):
+    with pytest.raises(launch.LaunchError, match=message):
+        parse(*args)
 
-    data_dir = tmp_path / "synthetic"
-    shutil.copytree(tiny_synthetic, data_dir)
-    info = json.loads((data_dir / "dataset.json").read_text())
-    shard = data_dir / info["splits"]["train"]["shards"][1]
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # same size, so only reading finds it
-    shard.write_bytes(bytes(data))
-    result = _launch([*TINY_FLAGS, f"--data_dir={data_dir}", f"--run_dir={tmp_path / 'run'}", "--epochs=1",
-                      "--eval_every_epochs=0", "--export=false"])
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert shard.name in result.stderr and "corrupt" in result.stderr
+
+def test_dataset_defaults_fill_only_flags_nobody_set():
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", "--dataset=synthetic", "--image_size=40"])
+        config = launch.experiment_config()
+        assert config.data.image_size == 40 and config.model.image_encoder == "small_cnn"
+        assert config.model.weights == "none"
+        assert "weights" in config.preset and "image_size" not in config.preset
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'sam.flags'}"])
+        config = launch.experiment_config()
+        assert (config.data.dataset, config.model.image_encoder, config.data.image_size,
+                config.data.relevance) == ("f30k", "resnet152", 224, "cider")
+    finally:
+        FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("flagfile, keys", [("sam.flags", ["sam"]), ("ladder.flags", ["ladder"]),
+                                            ("ladder_adaptive.flags", ["ladder"]),
+                                            ("neighborhoods.flags", ["neighborhood"]),
+                                            ("neighborhoods_imgnns.flags", ["neighborhood"])])
+def test_every_paper_flagfile_builds_its_objective_on_the_synthetic_world(flagfile, keys):
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
+               "--dataset=synthetic"])
+        config = launch.experiment_config()
+        losses, _ = build_objective()
+        assert list(losses) == keys and config.model.image_encoder == "small_cnn"
+        if "neighborhood" in losses:  # the Img NNs flagfile draws neighbours from the image-space rows
+            space = "image" if "imgnns" in flagfile else "text"
+            assert losses["neighborhood"].neighbor_space == config.objective.neighbor_space == space
+            assert objectives.required_relevance_slots(config)[-1] == {"text": "neighbors",
+                                                                       "image": "image_neighbors"}[space]
+    finally:
+        FLAGS.unparse_flags()
+
+
+def test_hardest_warmup_and_angular_form_flags_reach_every_loss(parse):
+    FLAGS.unparse_flags()
+    FLAGS(["kitm.launch", "--loss=triplet,sam,ladder", "--relevance=truth", "--hardest_warmup_epochs=1.5"])
+    losses, _ = build_objective(steps_per_epoch=10)
+    assert {name: loss.hardest_warmup_steps for name, loss in losses.items()} == {"triplet": 15, "sam": 15,
+                                                                                  "ladder": 15}
+    adaptive = parse("--loss=ladder_adaptive", "--relevance=truth", "--max_violation=false")["ladder"]
+    assert adaptive.max_violation is False and adaptive.hardest_warmup_steps == 0
+    assert parse("--loss=angular")["angular"].form == "npair"
+    assert parse("--loss=angular", "--angular_form=hinge")["angular"].form == "hinge"
+    assert parse("--loss=neighborhood", "--angular_form=hinge")["neighborhood"].form == "hinge"
+
+
+def test_synthetic_defaults_avoid_the_collapsing_configurations():
+    """The synthetic world's encoders start from random weights: the sum over negatives everywhere (also the
+    ladder's first rung), the N-pair angular form, and the centers phases scaled to the world."""
+    FLAGS.unparse_flags()
+    try:
+        for flagfile in ("ladder.flags", "ladder_adaptive.flags", "sam.flags", "neighborhoods.flags"):
+            FLAGS.unparse_flags()
+            FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / flagfile}",
+                   "--dataset=synthetic"])
+            for loss in build_objective()[0].values():
+                assert getattr(loss, "max_violation", False) is False, flagfile
+                assert getattr(loss, "form", "npair") == "npair", flagfile
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}",
+               "--dataset=synthetic"])
+        config = objectives.center_phase_config(launch.experiment_config(), 2100)
+        assert config.phase_epochs == (6, 3, 3) and config.learning_rates == (2e-3, 2e-4, 2e-4)
+        assert (config.num_quantized_centers, config.margin_update_every) == (50, 50)
+        # On photos the paper's schedule (the flag defaults, also the photo defaults).
+        FLAGS.unparse_flags()
+        FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}"])
+        config = objectives.center_phase_config(launch.experiment_config(), 113287)
+        assert config.phase_epochs == (30, 15, 10) and config.learning_rates == (2e-4, 2e-5, 2e-5)
+    finally:
+        FLAGS.unparse_flags()

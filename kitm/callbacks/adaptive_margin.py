@@ -1,4 +1,4 @@
-"""Adaptive hinge margins of seed 003 (Malali & Keller, Sec. 3.5, Eqs. 11-13), as a Keras callback.
+"""Adaptive hinge margins of the semantic centers objective (Malali & Keller, Sec. 3.5, Eqs. 11-13), as a Keras callback.
 
 Every q training batches, for each direction (m_x: image anchors, m_y: caption anchors):
 

@@ -1,6 +1,6 @@
 """Ladder re-clustering: every q batches, re-derive the fixed ladder's thresholds from recent relevance values.
 
-The fixed-threshold ladder loss (seed 001; `kitm.losses.LadderLoss`) splits each query's negatives into
+The fixed-threshold ladder loss (Zhou et al.; `kitm.losses.LadderLoss`) splits each query's negatives into
 levels by thresholds theta_1 > theta_2 > ... on the relevance. The adaptive ladder of the paper
 clusters every query's relevance row on every step (Eqs. 9-12). This callback sits in between: the
 loss keeps a uniform random sample of the negatives' relevance values it sees, and every q batches the

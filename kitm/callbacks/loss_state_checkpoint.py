@@ -6,11 +6,11 @@ Why Keras' BackupAndRestore is not enough
 holds the model, its optimizer and, by accident of attribute walking, the Keras layers and optimizers of the
 losses the model is *currently compiled with* (`DualEncoder.loss_functions`). It misses:
 - plain `tf.Variable`s of a loss: the adaptive margins m_x, m_y of `AdaptiveMarginTripletLoss` and its
-  per-replica counters of satisfied/used negatives (Eqs. 11-13, seed 003);
+  per-replica counters of satisfied/used negatives (Eqs. 11-13, Malali & Keller);
 - the counters of the callbacks that drive them (`AdaptiveMarginCallback`: batches since the last update);
-- losses that are not compiled at the moment (seed 003's unquantized centres during the quantized phases, the
+- losses that are not compiled at the moment (Malali & Keller's unquantized centres during the quantized phases, the
   quantizer during the first phase);
-- which step of a multi-`fit` procedure the run had reached (seed 003's phase).
+- which step of a multi-`fit` procedure the run had reached (Malali & Keller's phase).
 And a backup is only readable by a model compiled exactly as when it was written, which a procedure that
 recompiles between phases does not offer.
 

@@ -15,7 +15,7 @@
 
 Every build stores the relevance rows of --relevance (default cider,sbert,neighbors; "none" for none), writes
 shards under temporary names, and resumes a killed build (same flags and --out) without redoing finished shards.
---image_neighbors=features|pixels|backbone adds image-space neighbour rows (seed 004's "Img NNs" variant;
+--image_neighbors=features|pixels|backbone adds image-space neighbour rows (Thomas & Kovashka's "Img NNs" variant;
 kitm.relevance.image_features), e.g.
 
     python -m kitm.data.build --dataset=karpathy ... --image_neighbors=backbone   # frozen ImageNet ResNet-50
@@ -61,14 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 "bundled all-MiniLM-L6-v2")
     relevance.add_argument("--neighbors_k", type=int, default=200, help="neighbours stored per caption (and per "
                            "image for --image_neighbors)")
-    image = parser.add_argument_group("image-space neighbour rows, seed 004's Img NNs (kitm.relevance.image_features)")
+    image = parser.add_argument_group("image-space neighbour rows, Thomas & Kovashka's Img NNs "
+                                      "(kitm.relevance.image_features)")
     image.add_argument("--image_neighbors", choices=IMAGE_NEIGHBOR_SPACES, default="none",
                        help="also store each caption's neighbours found among the images: features (the stored "
                             "vectors of --dataset=precomputed; SCAN regions averaged), backbone (pooled features of "
                             "a frozen ResNet, --image_neighbors_weights=imagenet), pixels (downsampled, mean-centred "
                             "pixels; no weights, the synthetic world's space); default none")
     image.add_argument("--image_neighbors_backbone", choices=BACKBONES, default="resnet50",
-                       help="backbone: the ResNet (seed 004: resnet50)")
+                       help="backbone: the ResNet (Thomas & Kovashka: resnet50)")
     image.add_argument("--image_neighbors_weights", default="imagenet",
                        help="backbone: imagenet (Keras loads them from ~/.keras/models, downloading them once), none "
                             "(random weights, tests only) or a Keras weights file")

@@ -1,4 +1,4 @@
-"""Neighbour-aware batching for the semantic-neighbourhood loss (seed 004; METHODS.md "Semantic neighborhoods").
+"""Neighbour-aware batching for the semantic-neighbourhood loss (Thomas & Kovashka; METHODS.md "Semantic neighborhoods").
 
 The loss needs, for each pair i of a batch, a semantic neighbour i' (drawn from the k nearest captions of text i,
 stored in the records' `neighbors` slot) *in the same batch*. Random batches almost never hold one (about
@@ -13,8 +13,8 @@ k B / N neighbours expected per anchor: 0.05 on COCO at B = 128). So batches are
 3. `neighbor_position[r]` is the in-batch row of a neighbour of row r: its pair partner when that partner is one
    of r's k neighbours, else a random one of r's k neighbours that the batch happens to hold, else -1.
 
-The neighbours come from the records' `neighbors` slot (text space, seed 004's main method) or, with
-`neighbor_space="image"` (seed 004's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
+The neighbours come from the records' `neighbors` slot (text space, Thomas & Kovashka's main method) or, with
+`neighbor_space="image"` (Thomas & Kovashka's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
 (`kitm.relevance.rows`); everything below is the same for both. The share of rows with a neighbour is logged
 (`neighbor_coverage`); `plan_coverage` measures it for a dataset without touching images. Draws conditioned on
 mutuality are the one departure from a uniform draw over the k (documented in the README); without it, only the
@@ -59,20 +59,20 @@ def neighbor_table(info: schema.DatasetInfo, root, split: str,
                             f"{_SLOT_BUILD_HINT[space]}.")
     spec = {"caption/ids": tf.io.FixedLenFeature([info.captions_per_image], tf.int64),
             key: tf.io.FixedLenFeature([int(info.relevance[slot]["features"][key][1])], tf.int64)}
-    records, caption_ids, neighbour_ids = [], [], []
+    records, caption_ids, neighbor_ids = [], [], []
     for path, record in read_records(info.shard_paths(root, split)).batch(1024):
         parsed = tf.io.parse_example(record, spec)
         records.append(record.numpy())
         caption_ids.append(parsed["caption/ids"].numpy())
-        neighbour_ids.append(parsed[key].numpy())
+        neighbor_ids.append(parsed[key].numpy())
     records = np.concatenate(records)
     caption_ids = np.concatenate(caption_ids)
     flat_ids = caption_ids.reshape(-1)
-    neighbour_ids = np.concatenate(neighbour_ids).reshape(len(flat_ids), -1)
+    neighbor_ids = np.concatenate(neighbor_ids).reshape(len(flat_ids), -1)
     order = np.argsort(flat_ids)
-    found = np.clip(np.searchsorted(flat_ids, neighbour_ids, sorter=order), 0, len(flat_ids) - 1)
+    found = np.clip(np.searchsorted(flat_ids, neighbor_ids, sorter=order), 0, len(flat_ids) - 1)
     positions = order[found]
-    positions = np.where(flat_ids[positions] == neighbour_ids, positions, -1)
+    positions = np.where(flat_ids[positions] == neighbor_ids, positions, -1)
     return records, caption_ids, positions
 
 

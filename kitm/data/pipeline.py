@@ -70,7 +70,7 @@ class PipelineConfig:
         neighbor_draw: "mutual" (a seed's partner is drawn among its mutual neighbours when it has any) or
             "uniform" (among all its k neighbours).
         neighbor_space: where the neighbours of neighbour-aware batching were found: "text" (the records'
-            neighbors slot) or "image" (the image_neighbors slot, seed 004's Img NNs variant).
+            neighbors slot) or "image" (the image_neighbors slot, Thomas & Kovashka's Img NNs variant).
         test_crops: N; evaluation images become N random crops [N, H, W, 3] (1: the centre crop [H, W, 3]).
         train_subset: (max_image_id, count): training reads only the `count` images whose `image/id` is at most
             `max_image_id` (a fixed subset of the split, e.g. the launcher's --train_fraction); None: all.

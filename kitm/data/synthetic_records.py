@@ -38,7 +38,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
     Every record carries the world's exact relevance ("truth") and the relevance rows of `relevance`
     (any of "cider", "sbert", "neighbors"; `kitm.relevance.rows`), so the papers' own sources can be compared
     with the truth. With `image_neighbors` (e.g. ``ImageNeighborOptions("pixels")``, the space made for these
-    scenes) the records also get image-space neighbour rows (seed 004's Img NNs). Shards that already exist are
+    scenes) the records also get image-space neighbour rows (Thomas & Kovashka's Img NNs). Shards that already exist are
     kept, so a killed build resumes; the world is regenerated from the seed, which is deterministic, so the
     remaining shards match the ones kept.
     """

@@ -7,7 +7,7 @@ everywhere: descending score, ties by ascending candidate index.
   directions.
 - :func:`evaluate_folds`, :func:`evaluate_coco_protocols`: COCO 1K (five-fold mean) and 5K.
 - :func:`coherent_score`: CS@K, mean Kendall tau-b of the top K (ladder loss paper).
-- :func:`mean_average_precision`, :func:`neighbourhood_preservation`, :func:`n_way_recall`.
+- :func:`mean_average_precision`, :func:`neighborhood_preservation`, :func:`n_way_recall`.
 - :func:`build_report`: all of the above for one similarity matrix (shared by the
   ``python -m kitm.eval`` CLI, :mod:`kitm.eval.cli`, and the RetrievalEvaluation callback);
   :func:`coherent_scores`: CS@K both directions with one caption per image.
@@ -16,7 +16,7 @@ everywhere: descending score, ties by ascending candidate index.
 from kitm.eval.coherent import coherent_score, coherent_score_per_query
 from kitm.eval.evaluation import evaluate
 from kitm.eval.kendall import kendall_tau_b
-from kitm.eval.neighbourhood import nearest_neighbour_indices, neighbourhood_preservation
+from kitm.eval.neighborhood import nearest_neighbor_indices, neighborhood_preservation
 from kitm.eval.nway import n_way_recall
 from kitm.eval.protocols import evaluate_coco_protocols, evaluate_folds
 from kitm.eval.ranking import top_k_indices
@@ -47,8 +47,8 @@ __all__ = [
     "mean_average_precision",
     "n_way_recall",
     "ncs_score",
-    "nearest_neighbour_indices",
-    "neighbourhood_preservation",
+    "nearest_neighbor_indices",
+    "neighborhood_preservation",
     "recall_at_k",
     "recall_vse_at_k",
     "semantic_recall",

@@ -109,12 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--fold_size", type=int, default=1000,
                          help="Images per fold of the COCO 1K protocol, reported when the set has 5 folds "
                               "(default 1000).")
-    metrics.add_argument("--neighbourhood", default="none", choices=("none", "sbert"),
-                         help="With --run_dir: neighbourhood preservation (seed 004, Table 3) against this text-only "
-                              "space: the share of each item's k nearest neighbours there that stay among its k "
-                              "nearest same-modality neighbours in the learned space (default none).")
-    metrics.add_argument("--neighbourhood_k", type=int, default=200, help="k of --neighbourhood (default 200; "
-                         "capped at the set size minus one).")
+    # --neighbourhood and --neighbourhood_k: the British spellings of earlier versions, kept as deprecated aliases.
+    metrics.add_argument("--neighborhood", "--neighbourhood", default="none", choices=("none", "sbert"),
+                         help="With --run_dir: neighbourhood preservation (Thomas & Kovashka, Table 3) against this "
+                              "text-only space: the share of each item's k nearest neighbours there that stay among its k "
+                              "nearest same-modality neighbours in the learned space (default none; --neighbourhood: "
+                              "deprecated alias).")
+    metrics.add_argument("--neighborhood_k", "--neighbourhood_k", type=int, default=200,
+                         help="k of --neighborhood (default 200; capped at the set size minus one; --neighbourhood_k: "
+                              "deprecated alias).")
     output = parser.add_argument_group("output")
     output.add_argument("--out", help="JSON report path (default <run_dir>/eval_<split>_<relevance>.json, or "
                                       "<sims stem>.eval_<relevance>.json beside --sims).")
@@ -175,22 +178,22 @@ def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fol
     return ks
 
 
-def _neighbourhood_preservation(images, texts, data, args) -> dict[str, object]:
-    """Seed 004's Table 3 measure for captions and images. An image's place in the text-only space is the
+def _neighborhood_preservation(images, texts, data, args) -> dict[str, object]:
+    """Thomas & Kovashka's Table 3 measure for captions and images. An image's place in the text-only space is the
     normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
-    from kitm.eval import neighbourhood_preservation
+    from kitm.eval import neighborhood_preservation
     from kitm.relevance import sentence_embeddings
 
-    if args.neighbourhood_k < 1:
-        raise CliError(f"--neighbourhood_k must be >= 1; got {args.neighbourhood_k}.")
+    if args.neighborhood_k < 1:
+        raise CliError(f"--neighborhood_k must be >= 1; got {args.neighborhood_k}.")
     reference_text = sentence_embeddings(list(data.captions), args.sbert_model, progress=args.progress)
     grouped = reference_text.reshape(images.shape[0], -1, reference_text.shape[1]).mean(axis=1)
     reference_image = grouped / np.linalg.norm(grouped, axis=1, keepdims=True)
-    k_text = min(args.neighbourhood_k, texts.shape[0] - 1)
-    k_image = min(args.neighbourhood_k, images.shape[0] - 1)
-    return {"reference": args.neighbourhood, "k": args.neighbourhood_k,
-            "text": neighbourhood_preservation(reference_text, texts, k=k_text),
-            "image": neighbourhood_preservation(reference_image, images, k=k_image)}
+    k_text = min(args.neighborhood_k, texts.shape[0] - 1)
+    k_image = min(args.neighborhood_k, images.shape[0] - 1)
+    return {"reference": args.neighborhood, "k": args.neighborhood_k,
+            "text": neighborhood_preservation(reference_text, texts, k=k_text),
+            "image": neighborhood_preservation(reference_image, images, k=k_image)}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -199,7 +202,7 @@ def _run(args: argparse.Namespace) -> int:
     cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
     seconds: dict[str, float] = {}
     source: dict[str, object] = {"split": None}
-    neighbourhood = None
+    neighborhood = None
     data = None
     started = time.time()
     if args.run_dir:
@@ -218,8 +221,8 @@ def _run(args: argparse.Namespace) -> int:
         images, texts = embed_with_saved_model(loaded, data.captions, data.images, batch_size=args.batch_size,
                                                progress=args.progress)
         sims = images @ texts.T
-        if args.neighbourhood != "none":
-            neighbourhood = _neighbourhood_preservation(images, texts, data, args)
+        if args.neighborhood != "none":
+            neighborhood = _neighborhood_preservation(images, texts, data, args)
         source.update(run_dir=str(args.run_dir), export_dir=str(export_dir), data_dir=str(data_dir),
                       split=args.split)
         seconds["embedding"] = time.time() - started
@@ -275,7 +278,7 @@ def _run(args: argparse.Namespace) -> int:
                       "cider_normalization": args.cider_normalization if args.relevance == "cider" else None},
         "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
         **report,
-        "neighbourhood_preservation": neighbourhood,
+        "neighbourhood_preservation": neighborhood,
         "flat": flatten_figures(report["all"]),
         "rsum": rsum(report["all"]),
         "seconds": seconds,
@@ -284,9 +287,9 @@ def _run(args: argparse.Namespace) -> int:
     write_report_json(out, payload)
     what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
     print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
-    if neighbourhood is not None:
-        print(f"neighbourhood preservation (k={neighbourhood['k']}, {neighbourhood['reference']} space): "
-              f"images {neighbourhood['image']:.4f}, captions {neighbourhood['text']:.4f}")
+    if neighborhood is not None:
+        print(f"neighbourhood preservation (k={neighborhood['k']}, {neighborhood['reference']} space): "
+              f"images {neighborhood['image']:.4f}, captions {neighborhood['text']:.4f}")
     print(f"Report: {out}")
     return 0
 

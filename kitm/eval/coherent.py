@@ -1,4 +1,4 @@
-"""Coherent Score CS@K (Zhou et al., adaptive ladder loss, seed 001, Section III-D, Eq. 13).
+"""Coherent Score CS@K (Zhou et al., adaptive ladder loss, Section III-D, Eq. 13).
 
 For each query q, take the model's top K candidates (descending score, ties by ascending index,
 as everywhere in :mod:`kitm.eval`) and compute Kendall's tau-b between the model's scores and

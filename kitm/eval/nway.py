@@ -1,4 +1,4 @@
-"""N-way retrieval R@1 (Thomas & Kovashka, seed 004, Section 4.2): each query's true partner
+"""N-way retrieval R@1 (Thomas & Kovashka, Section 4.2): each query's true partner
 competes with N - 1 distractors drawn at random from the test set's other items of the target
 modality; R@1 is the share of queries whose partner scores highest.
 

@@ -13,7 +13,7 @@ Blocks of a report:
   COCO), the same figures averaged over the five folds (:func:`kitm.eval.evaluate_folds`); the
   whole set is then the COCO 5K protocol.
 
-CS@K follows the ladder loss paper (seed 001, Section IV): one caption per image (caption
+CS@K follows the ladder loss paper (Zhou et al., Section IV): one caption per image (caption
 `cs_caption` of each image, the first by default), cut-offs K = N/10 and N for N images, which
 are the paper's CS@100 / CS@1000 on 1K sets and CS@500 / CS@5000 on 5K sets and stay within the
 candidate count on smaller sets (:func:`coherent_cutoffs`).
@@ -38,7 +38,7 @@ from kitm.files import write_text_atomically
 # Short names of the figures for flat scalar keys (TensorBoard tags, JSON lines).
 FIGURE_NAMES = {"recall_vse": "R", "recall": "IR_R", "ncs": "NCS", "semantic_recall": "SR",
                 "coherent_score": "CS", "n_way": "NWAY_R1"}
-# N of the N-way retrieval R@1 (seed 004 reports 5, 20 and 100); those a set is too small for are left out.
+# N of the N-way retrieval R@1 (Thomas & Kovashka report 5, 20 and 100); those a set is too small for are left out.
 N_WAY = (5, 20, 100)
 COCO_FOLDS = 5
 

@@ -1,6 +1,6 @@
 """Graded-relevance retrieval metrics: NCS@K and semantic recall SR@K.
 
-Both come from Biten et al., "Is an image worth five sentences?" (WACV 2022; seeds 000/002) and
+Both come from Biten et al., "Is an image worth five sentences?" (WACV 2022) and
 follow its reference implementation (github.com/furkanbiten/ncs_metric, ``metric.py``, class
 ``Metric``) wherever the paper leaves a choice.
 

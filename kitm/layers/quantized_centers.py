@@ -1,4 +1,4 @@
-"""The softmax quantized-center layer of seed 003 (Malali & Keller, Sec. 3.4, Fig. 2).
+"""The softmax quantized-center layer of semantic centers (Malali & Keller, Sec. 3.4, Fig. 2).
 
 N_q << N learnable centres c_1..c_Nq and a soft assignment of every embedding e to them,
 
@@ -81,7 +81,7 @@ class SoftmaxQuantizedCenters(keras.layers.Layer):
 
     def initialize_from(self, centers, *, seed: int = 0, n_init: int = 1, max_iter: int = 300,
                         assignment_scale: float | None = None) -> np.ndarray:
-        """Set the N_q centres to the k-means centroids of `centers` (the N unquantized ones; seed 003 Sec. 4.1).
+        """Set the N_q centres to the k-means centroids of `centers` (the N unquantized ones; Malali & Keller, Sec. 4.1).
 
         scikit-learn's `KMeans` (k-means++ seeding, Lloyd iterations), seeded, offline, in float64.
         With `assignment_scale = alpha`, the assignment layer starts as NetVLAD's soft assignment to

@@ -1,4 +1,4 @@
-"""Triplet hinge loss with adaptive margins on L2 distances (Malali & Keller, seed 003, Sec. 3.5, Eqs. 10-13).
+"""Triplet hinge loss with adaptive margins on L2 distances (Malali & Keller, Sec. 3.5, Eqs. 10-13).
 
 With D(a, b) = |a - b|_2, image anchors x_p and caption anchors y_q (Eq. 10):
 

@@ -1,16 +1,16 @@
 """Angular loss (Wang et al., ICCV 2017) in N-pair symmetric form, and the semantic-neighbourhood loss
-of Thomas & Kovashka (ECCV 2020; seed 004).
+of Thomas & Kovashka (ECCV 2020).
 
 METHODS.md, "Semantic neighborhoods". Two forms (`form=`), angle = 45 degrees by default:
 
-- `"npair"` (the default; Wang et al.'s N-pair angular loss, what seed 004's authors' code trains), over the
+- `"npair"` (the default; Wang et al.'s N-pair angular loss, what Thomas & Kovashka's code trains), over the
   in-batch negatives n of anchor a with positive p:
 
       L_ang(a, p) = log( 1 + sum_n exp( 4 tan^2(angle) (a + p)^T n - 2 (1 + tan^2(angle)) a^T p ) )
 
   At collapse (every embedding the same unit vector) it is log(1 + N e^4) at 45 degrees, far from its
   minimum, so the loss pushes the embeddings apart.
-- `"hinge"` (seed 004 Eq. 2 as printed), with C = (a + p) / 2, summed over the negatives (Eq. 3):
+- `"hinge"` (Thomas & Kovashka, Eq. 2 as printed), with C = (a + p) / 2, summed over the negatives (Eq. 3):
 
       L_ang(a, p, n) = [ |a - p|^2 - 4 tan^2(angle) |n - C|^2 ]+
 
@@ -28,7 +28,7 @@ in-batch row `y_true["neighbor_position"][i]`, -1 when the batch holds none):
     L_text(i) = sum_j L_ang(y_i, y_i', y_j),   L_img(i) = sum_j L_ang(x_i, x_i', x_j)
 
 with (alpha, beta) = (0.2, 0.3). Anchors without a neighbour contribute 0 to L_text and L_img. The
-negatives j of anchor i are the batch rows other than i (seed 004: "j != i"); kitm also leaves out the
+negatives j of anchor i are the batch rows other than i (Thomas & Kovashka: "j != i"); kitm also leaves out the
 neighbour i' itself (it is the positive of the triplet; at 45 degrees its term is identically 0 anyway)
 and, with `y_true["image_index"]`, every sample of the image of i or of i' (another caption of the same
 picture is not a negative), as `kitm.ops.similarity.negative_mask` does for the cross-modal terms.
@@ -119,13 +119,13 @@ def _sum_over_negatives(values, negative_mask):
 
 def _check_form(form: str) -> str:
     if form not in FORMS:
-        raise ValueError(f"form must be one of {FORMS} (npair: log-sum-exp, hinge: seed 004 Eq. 2); got {form!r}.")
+        raise ValueError(f"form must be one of {FORMS} (npair: log-sum-exp, hinge: Thomas & Kovashka, Eq. 2); got {form!r}.")
     return form
 
 
 def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 45.0,
                  negative_mask=None, form: str = "npair") -> tf.Tensor:
-    """N-pair angular loss per anchor [B] (Wang et al. 2017; seed 004 Eqs. 2-3; METHODS.md).
+    """N-pair angular loss per anchor [B] (Wang et al. 2017; Thomas & Kovashka, Eqs. 2-3; METHODS.md).
 
     `form="npair"` (default): `log(1 + sum_j exp(4 tan^2 (a_i + p_i)^T n_j - 2 (1 + tan^2) a_i^T p_i))`;
     `form="hinge"`: `sum_j [ |a_i - p_i|^2 - 4 tan^2(angle) |n_j - C_i|^2 ]+` with C_i = (a_i + p_i) / 2
@@ -151,18 +151,18 @@ def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 4
         logits = tf.concat([tf.zeros_like(logits[:, :1]), tf.where(negative_mask, logits, floor)], axis=1)
         return tf.reduce_logsumexp(logits, axis=1)
     pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)  # |a - p|^2, [B]
-    centre = (anchors + positives) / 2
+    center = (anchors + positives) / 2
     # |n_j - C_i|^2 expanded, so that no [B, N, D] tensor is formed.
-    to_centre = (tf.reduce_sum(tf.square(pool), axis=1)[None, :]
-                 - 2 * tf.matmul(centre, pool, transpose_b=True)
-                 + tf.reduce_sum(tf.square(centre), axis=1)[:, None])
-    hinge = tf.nn.relu(pair[:, None] - 4 * tan2 * to_centre)
+    to_center = (tf.reduce_sum(tf.square(pool), axis=1)[None, :]
+                 - 2 * tf.matmul(center, pool, transpose_b=True)
+                 + tf.reduce_sum(tf.square(center), axis=1)[:, None])
+    hinge = tf.nn.relu(pair[:, None] - 4 * tan2 * to_center)
     return _sum_over_negatives(hinge, negative_mask)
 
 
 def squared_distance_triplet_loss(anchors, positives, negatives=None, *, margin: float = 0.2,
                                   negative_mask=None) -> tf.Tensor:
-    """N-pair triplet loss on squared Euclidean distances per anchor [B] (seed 004 Eq. 1, N-pairs):
+    """N-pair triplet loss on squared Euclidean distances per anchor [B] (Thomas & Kovashka, Eq. 1, N-pairs):
     `sum_j [ |a_i - p_i|^2 - |a_i - n_j|^2 + m ]+`. Arguments as in `angular_loss`."""
     margin = float(margin)
     if margin < 0:
@@ -203,10 +203,10 @@ def _image_and_text(loss: RetrievalLoss, y_pred) -> tuple[tf.Tensor, tf.Tensor]:
 
 @keras.saving.register_keras_serializable(package="kitm")
 class AngularLoss(RetrievalLoss):
-    """Symmetric N-pair angular loss `L_ang^{NP+SYM}` (seed 004 Eq. 4): image -> text plus text -> image.
+    """Symmetric N-pair angular loss `L_ang^{NP+SYM}` (Thomas & Kovashka, Eq. 4): image -> text plus text -> image.
 
     Negatives of pair i are the other rows, except samples of the same image when
-    `y_true["image_index"]` is given. `form`: "npair" (log-sum-exp, default) or "hinge" (seed 004 Eq. 2;
+    `y_true["image_index"]` is given. `form`: "npair" (log-sum-exp, default) or "hinge" (Thomas & Kovashka, Eq. 2;
     collapse is its global minimum, module docstring). Terms: "i2t" (image anchors, caption negatives) and
     "t2i" (caption anchors, image negatives).
     """
@@ -238,7 +238,7 @@ class AngularLoss(RetrievalLoss):
 
 @keras.saving.register_keras_serializable(package="kitm")
 class NeighborhoodAngularLoss(RetrievalLoss):
-    """`L = L^{NP+SYM} + alpha L_text^{NP} + beta L_img^{NP}` (seed 004 Eq. 8; module docstring).
+    """`L = L^{NP+SYM} + alpha L_text^{NP} + beta L_img^{NP}` (Thomas & Kovashka, Eq. 8; module docstring).
 
     Uses `y_true["neighbor_position"]` (int [B], in-batch row of a semantic neighbour of sample i, -1
     when none) and, when present, `y_true["image_index"]`.

@@ -1,4 +1,4 @@
-"""Semantic centers (Malali & Keller, seed 003): center loss, quantized center loss, image-index heads.
+"""Semantic centers (Malali & Keller): center loss, quantized center loss, image-index heads.
 
 METHODS.md, "Semantic centers and adaptive margins". With x_p, y_p the embeddings of image p and caption
 p, n_p = `y_true["image_index"][p]` and `[v]+ = max(v, 0)`:
@@ -132,7 +132,7 @@ def scale_gradient(value: tf.Tensor, scale) -> tf.Tensor:
     return frozen + tf.cast(scale, value.dtype) * (value - frozen)
 
 
-def _centre_gradient_scale(reduction: str | None, rows: tf.Tensor, dtype) -> tf.Tensor:
+def _center_gradient_scale(reduction: str | None, rows: tf.Tensor, dtype) -> tf.Tensor:
     """1/b under reduction "sum" (the centre step is taken on the batch-mean loss, module docstring)."""
     if reduction == "sum":
         return 1.0 / tf.maximum(tf.cast(rows, dtype), 1.0)
@@ -166,7 +166,7 @@ def _serialize_optimizer(optimizer):
 # --------------------------------------------------------------------------------------------------
 
 def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-row terms of the center loss (seed 003, Eq. 6): `([|x_p - c_p|^2 - delta]+, [|y_p - c_p|^2 - delta]+)`.
+    """Per-row terms of the center loss (Malali & Keller, Eq. 6): `([|x_p - c_p|^2 - delta]+, [|y_p - c_p|^2 - delta]+)`.
 
     Args:
       image, text: [B, D] embeddings x_p and y_p.
@@ -185,7 +185,7 @@ def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA)
 
 
 def semantic_center_loss(image, text, centers, *, delta: float = DEFAULT_DELTA) -> tf.Tensor:
-    """Center loss per batch row [B] (seed 003, Eq. 6); its sum is L_C. Arguments as `semantic_center_terms`.
+    """Center loss per batch row [B] (Malali & Keller, Eq. 6); its sum is L_C. Arguments as `semantic_center_terms`.
 
     Example (hand-computed): x = [1, 0], y = [0, 1], c = [0.5, 0.5], delta = 0.1:
     |x - c|^2 = |y - c|^2 = 0.5, so the row's value is 0.4 + 0.4 = 0.8.
@@ -195,7 +195,7 @@ def semantic_center_loss(image, text, centers, *, delta: float = DEFAULT_DELTA) 
 
 
 def center_repulsion(centers, *, delta: float = DEFAULT_DELTA, chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tf.Tensor:
-    """`sum_{k1 != k2} [2 delta - |c_k1 - c_k2|^2]+` over ordered pairs (seed 003, Eq. 7, last term): a scalar.
+    """`sum_{k1 != k2} [2 delta - |c_k1 - c_k2|^2]+` over ordered pairs (Malali & Keller, Eq. 7, last term): a scalar.
 
     Rows of the [N_q, N_q] distance matrix are computed `chunk_size` at a time, so memory stays at
     `chunk_size * N_q` floats for any N_q (the paper goes up to 6000 centres).
@@ -221,7 +221,7 @@ def center_repulsion(centers, *, delta: float = DEFAULT_DELTA, chunk_size: int =
 def quantized_center_terms(image, text, image_weights, text_weights, centers, *, delta: float = DEFAULT_DELTA,
                            repulsion_weight: float = 1.0,
                            chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Per-row terms of the quantized center loss (seed 003, Eq. 7): (image, text, repulsion), each [B].
+    """Per-row terms of the quantized center loss (Malali & Keller, Eq. 7): (image, text, repulsion), each [B].
 
     `image[p] = sum_j w_x_p(j) [|x_p - c_j|^2 - delta]+`, likewise `text[p]` with y_p and w_y_p, and
     `repulsion[p] = a_c * center_repulsion(centers) / B`: the batch-level repulsion shared evenly by the
@@ -255,13 +255,13 @@ def quantized_center_terms(image, text, image_weights, text_weights, centers, *,
 
 def quantized_center_loss(image, text, image_weights, text_weights, centers, *, delta: float = DEFAULT_DELTA,
                           repulsion_weight: float = 1.0, chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tf.Tensor:
-    """Quantized center loss per batch row [B] (seed 003, Eq. 7); its sum is L_Q (`quantized_center_terms`)."""
+    """Quantized center loss per batch row [B] (Malali & Keller, Eq. 7); its sum is L_Q (`quantized_center_terms`)."""
     return tf.add_n(list(quantized_center_terms(image, text, image_weights, text_weights, centers, delta=delta,
                                                 repulsion_weight=repulsion_weight, chunk_size=chunk_size)))
 
 
 def index_cross_entropy_terms(image_logits, text_logits, image_index) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-row sparse softmax cross-entropies of both heads against the image index (seed 003, Sec. 3.2).
+    """Per-row sparse softmax cross-entropies of both heads against the image index (Malali & Keller, Sec. 3.2).
 
     `(-log softmax(image_logits[p])[n_p], -log softmax(text_logits[p])[n_p])`, each [B].
     """
@@ -304,7 +304,7 @@ class SemanticCenters(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="kitm")
 class ImageIndexHeads(keras.layers.Layer):
-    """One Dense(num_images) classifier per modality (seed 003, Tables 1-2, "FC (softmax)").
+    """One Dense(num_images) classifier per modality (Malali & Keller, Tables 1-2, "FC (softmax)").
 
     `call(image, text)` -> (image logits, text logits), each [B, num_images].
     """
@@ -354,7 +354,7 @@ class _OwnsParameters:
 
 @keras.saving.register_keras_serializable(package="kitm")
 class SemanticCenterLoss(_OwnsParameters, RetrievalLoss):
-    """Center loss of seed 003 (Eq. 6) with its own [num_images, D] table of centres and their optimizer.
+    """Center loss of Malali & Keller (Eq. 6) with its own [num_images, D] table of centres and their optimizer.
 
     Uses `y_true["image_index"]` (int [B], in [0, num_images)). Terms: "image" and "text".
 
@@ -397,7 +397,7 @@ class SemanticCenterLoss(_OwnsParameters, RetrievalLoss):
         image, text = _embeddings(y_pred, self.embedding_dim, type(self).__name__)
         index = _image_index(y_true, self.num_images, type(self).__name__)
         centers = tf.cast(self.table(index), image.dtype)
-        centers = scale_gradient(centers, _centre_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
         image_term, text_term = semantic_center_terms(image, text, centers, delta=self.delta)
         return {"image": image_term, "text": text_term}
 
@@ -413,7 +413,7 @@ class SemanticCenterLoss(_OwnsParameters, RetrievalLoss):
 
 @keras.saving.register_keras_serializable(package="kitm")
 class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
-    """Quantized center loss of seed 003 (Eq. 7) with its `SoftmaxQuantizedCenters` layer and optimizers.
+    """Quantized center loss of Malali & Keller (Eq. 7) with its `SoftmaxQuantizedCenters` layer and optimizers.
 
     Needs only `y_pred`. Terms: "image", "text" and "repulsion" (the centre-repulsion term spread evenly
     over the rows). Initialise the centres from the unquantized ones (paper Sec. 4.1) with
@@ -481,7 +481,7 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
         image_weights = tf.cast(self.quantizer(image), image.dtype)
         text_weights = tf.cast(self.quantizer(text), image.dtype)
         centers = tf.cast(tf.convert_to_tensor(self.quantizer.centers), image.dtype)
-        centers = scale_gradient(centers, _centre_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
         image_term, text_term, repulsion = quantized_center_terms(
             image, text, image_weights, text_weights, centers, delta=self.delta,
             repulsion_weight=self.repulsion_weight, chunk_size=self.chunk_size)
@@ -511,7 +511,7 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
 
 @keras.saving.register_keras_serializable(package="kitm")
 class ImageIndexCrossEntropy(_OwnsParameters, RetrievalLoss):
-    """L_CE^I + L_CE^T of seed 003 (Sec. 3.2): each embedding classified into its image index n_p.
+    """L_CE^I + L_CE^T of Malali & Keller (Sec. 3.2): each embedding classified into its image index n_p.
 
     Owns an `ImageIndexHeads` layer (Dense(num_images) per modality) and its optimizer. Uses
     `y_true["image_index"]`. Terms: "image" and "text".

@@ -1,4 +1,4 @@
-"""Ladder loss with hard contrastive sampling, fixed and adaptive (Zhou et al., AAAI 2020 / TMM; seed 001).
+"""Ladder loss with hard contrastive sampling, fixed and adaptive (Zhou et al., AAAI 2020 / TMM).
 
 METHODS.md, "Ladder loss". Each query's non-positive candidates are split by relevance into ladder levels
 N_1 (most relevant), ..., N_L. With `N_<l` = every candidate of level < l (the positive, level 0,
@@ -209,7 +209,7 @@ def _relevance(y_true, loss_name: str) -> tf.Tensor:
 
 @keras.saving.register_keras_serializable(package="kitm")
 class LadderLoss(RetrievalLoss):
-    """Ladder loss with fixed relevance thresholds (seed 001, Sec. III-B; METHODS.md defaults).
+    """Ladder loss with fixed relevance thresholds (Zhou et al., Sec. III-B; METHODS.md defaults).
 
     Uses `y_true["relevance"]` (SBERT relevance degree by default in kitm's pipeline) and, when
     present, `y_true["image_index"]` (other samples of the same image are positives, level 0).
@@ -264,7 +264,7 @@ class LadderLoss(RetrievalLoss):
 
 def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloyd_runs: int = DEFAULT_LLOYD_RUNS,
                     jit_compile: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
-    """(row_levels, column_levels), int32 [B, B], from per-query 1-D k-means (seed 001 Eqs. 9-12).
+    """(row_levels, column_levels), int32 [B, B], from per-query 1-D k-means (Zhou et al., Eqs. 9-12).
 
     Each row of `relevance` (image query p: its captions) and each column (caption query q: its images)
     is clustered on its own over the *non-positive candidates only* (paper Eq. 9 sums over N^{-q};
@@ -316,7 +316,7 @@ def _check_level_bounds(level_bounds) -> tuple[int, int]:
 
 @keras.saving.register_keras_serializable(package="kitm")
 class AdaptiveLadderLoss(RetrievalLoss):
-    """Adaptive ladder loss: levels from per-query k-means of the batch relevance (seed 001, Sec. III-C).
+    """Adaptive ladder loss: levels from per-query k-means of the batch relevance (Zhou et al., Sec. III-C).
 
     For every image query (row of `y_true["relevance"]`) and every caption query (column), the
     non-positive candidates' relevance values are clustered by 1-D k-means for each k in [L_min, L_max]

@@ -1,6 +1,6 @@
 """`ReclusterableLadderLoss`: the fixed-threshold ladder loss whose thresholds a callback re-derives every q batches.
 
-`LadderLoss` (seed 001's fixed ladder) with its thresholds in a non-trainable variable (`threshold_variable`), and a
+`LadderLoss` (Zhou et al.'s fixed ladder) with its thresholds in a non-trainable variable (`threshold_variable`), and a
 uniform random sample of the relevance values of the negatives it sees (`relevance_sample`), which
 `kitm.callbacks.LadderReclusterCallback` clusters every q batches to set new thresholds
 (`thresholds_from_clusters`: midpoints between adjacent cluster means). The callback's module docstring gives the

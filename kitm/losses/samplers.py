@@ -18,7 +18,7 @@ has no negative at all (a batch of one image, B = 1) and `valid` False there. Lo
 terms instead of computing them against a made-up negative. Ties go to the smallest index (first
 maximum, as `tf.argmax` on CPU). Nothing here is differentiable: indices carry no gradient.
 
-Hard contrastive selection (ladder loss, seed 001 Eq. 8) needs the extreme *value* of a masked set
+Hard contrastive selection (ladder loss, Zhou et al., Eq. 8) needs the extreme *value* of a masked set
 rather than its index: `masked_max` / `masked_min` return it with a `nonempty` flag, and
 `hard_contrastive` pairs the furthest member of the closer set with the closest member of the farther
 set. An empty set gives value 0 and `nonempty=False`, and the loss drops the term (METHODS.md
@@ -178,7 +178,7 @@ def masked_min(values, mask, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def hard_contrastive(values, closer, farther, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Hard contrastive pair of seed 001 Eq. 8: `(min_{i in closer} v, max_{j in farther} v, valid)`.
+    """Hard contrastive pair of Zhou et al., Eq. 8: `(min_{i in closer} v, max_{j in farther} v, valid)`.
 
     `closer` is the set that should score higher (e.g. the positive and the more relevant ladder levels),
     `farther` the set that should score lower; `valid` is False where either set is empty, and the loss

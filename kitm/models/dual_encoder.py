@@ -4,7 +4,7 @@ Training sums weighted loss terms: `compile(optimizer, losses={name: loss}, loss
 loss a `kitm.losses.RetrievalLoss`. Every named term of every loss is its own metric (`<loss>/<term>`), so
 TensorBoard shows what each part of the objective does; "loss" is the weighted total.
 
-A loss may own trainable parameters that are not part of the encoders (seed 003's semantic centres, its
+A loss may own trainable parameters that are not part of the encoders (Malali & Keller's semantic centres, its
 quantizer, its image-index classifier heads) together with the optimizer that updates them, listed by
 `loss.optimizer_groups()` -> [(optimizer, variables)]. The training step takes one gradient tape over the
 weighted total and applies the model's optimizer to the model's weights and each group's optimizer to
@@ -109,7 +109,7 @@ class DualEncoder(keras.Model):
             for key in getattr(loss, "monitor_names", ()):
                 trackers[f"{name}/{key}"] = keras.metrics.Mean(name=f"{name}/{key}")
         if any(getattr(loss, "uses_neighbors", False) for loss in losses.values()):
-            # The share of rows whose semantic neighbour is in the batch (seed 004's within-modality terms).
+            # The share of rows whose semantic neighbour is in the batch (Thomas & Kovashka's within-modality terms).
             trackers["neighbor_coverage"] = keras.metrics.Mean(name="neighbor_coverage")
         # Set past Keras' attribute tracking: compile may follow build (which locks new state), and these
         # metrics are reported through the `metrics` property below, never saved with the weights.

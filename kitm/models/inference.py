@@ -1,6 +1,6 @@
 """Embedding whole splits for evaluation (batched, compiled, with a progress bar), with test-time crop averaging.
 
-Test-time crops (seed 003, Sec. 4.1: 20 random crops per test image, after Huang et al.): an image given as N
+Test-time crops (Malali & Keller, Sec. 4.1: 20 random crops per test image, after Huang et al.): an image given as N
 crops [B, N, H, W, 3] (`kitm.data.pipeline.evaluation_dataset` with `test_crops=N`) is embedded as
 
     e(image) = normalize(mean_j e(crop_j)),   e(crop_j) the model's unit-norm image embedding of crop j,

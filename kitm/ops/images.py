@@ -31,7 +31,7 @@ def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crop
     """`num_crops` square crops of side crop_fraction x the shorter side at uniformly random positions, resized:
     float32 [num_crops, image_size, image_size, 3].
 
-    The test-time crops of seed 003 (Sec. 4.1, after Huang et al.: 20 random crops, embeddings averaged) at
+    The test-time crops of Malali & Keller (Sec. 4.1, after Huang et al.: 20 random crops, embeddings averaged) at
     the evaluation crop's size, so the crops differ from the centre crop only in position. `seed` (int
     [2]) makes them stateless: an image gets the same crops at every evaluation. Vectorised: one gather per
     axis cuts all crops, one resize scales them.

@@ -1,7 +1,7 @@
 """1-D k-means of every row of a matrix (exact optimum, and Lloyd runs scored by silhouette), with the
 number of clusters chosen by silhouette.
 
-This is the clustering step of the adaptive ladder loss (seed 001, Eqs. 9-12; METHODS.md "Ladder
+This is the clustering step of the adaptive ladder loss (Zhou et al., Eqs. 9-12; METHODS.md "Ladder
 loss"): each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
 one with the highest mean silhouette, and levels are numbered by decreasing cluster centre.
 
@@ -59,7 +59,7 @@ eligible.  When d < k_min (e.g. a constant row), the row gets d clusters, one pe
 a single distinct value gets k = 1, label 1 everywhere and silhouette 0; a row with no valid
 entry (see `mask`) gets k = 0, label 0 everywhere and silhouette 0.  Outputs never contain NaN.
 
-Silhouette (Rousseeuw 1987; seed 001 Eqs. 10-12; scikit-learn's ``silhouette_score``)
+Silhouette (Rousseeuw 1987; Zhou et al., Eqs. 10-12; scikit-learn's ``silhouette_score``)
 -------------------------------------------------------------------------------------
 For point i in cluster C_i:  a(i) = sum_{j in C_i} |x_i - x_j| / (|C_i| - 1),
 b(i) = min_{C != C_i} sum_{j in C} |x_i - x_j| / |C|,  s(i) = (b - a) / max(a, b), and s(i) = 0 when
@@ -125,7 +125,7 @@ def auto_kmeans_1d(
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Cluster each row of `values` with 1-D k-means, k chosen by the mean silhouette.
 
-    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (seed 001, Eq. 9), each C the
+    `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (Zhou et al., Eq. 9), each C the
     globally optimal k-means partition of the row (exact DP), or the result of a Lloyd run from
     k-means++ seeds where that scores a higher silhouette (module docstring, "Why Lloyd runs too").
 
@@ -482,8 +482,8 @@ def _lloyd_candidates(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     c >= k empty at n_valid) and ok [r, K, runs], False where a cluster ended empty (then the
     result is not a k-cluster partition and is not used).
     """
-    centres = _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max)
-    return _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max)
+    centers = _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max)
+    return _lloyd(xs, s1, in_range, n_valid, centers, k_min, k_max)
 
 
 def _counter(xs, in_range, n_valid):
@@ -543,7 +543,7 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     return tf.stack(per_k, axis=1)
 
 
-def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centres):
+def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
     """One greedy k-means++ seeding of `num_centres` centres with `trials` local trials per centre, for
     every row and run; draws [r, runs, D] uniform numbers.  Returns the centres in the order drawn
     [r, runs, num_centres]."""
@@ -556,9 +556,9 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centres):
 
     first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None])
     first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None] - 1)
-    centres = [_at(xs, first)]
-    closest = tf.where(valid, tf.square(x - centres[0][..., None]), 0.0)  # D^2 [r, runs, n]
-    for c in range(1, num_centres):
+    centers = [_at(xs, first)]
+    closest = tf.where(valid, tf.square(x - centers[0][..., None]), 0.0)  # D^2 [r, runs, n]
+    for c in range(1, num_centers):
         cumulative = tf.cumsum(closest, axis=2)
         potential = cumulative[..., -1]
         u = draws[..., 1 + (c - 1) * trials:1 + c * trials]  # [r, runs, T]
@@ -570,7 +570,7 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centres):
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
         # between the midpoints to the nearest centres below and above it.  Its potential is the
         # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
-        chosen = tf.stack(centres, axis=2)[..., None, :]  # [r, runs, 1, c]
+        chosen = tf.stack(centers, axis=2)[..., None, :]  # [r, runs, 1, c]
         v = value[..., None]
         below = tf.reduce_max(tf.where(chosen < v, chosen, -inf), axis=3)
         above = tf.reduce_min(tf.where(chosen > v, chosen, inf), axis=3)
@@ -590,11 +590,11 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centres):
         trial_potential = potential[..., None] - tf.where(tf.logical_not(duplicate), gain, 0.0)
         best_value = tf.gather(value, tf.argmin(trial_potential, axis=2, output_type=tf.int32), batch_dims=2)
         closest = tf.minimum(closest, tf.where(valid, tf.square(x - best_value[..., None]), 0.0))
-        centres.append(best_value)
-    return tf.stack(centres, axis=2)
+        centers.append(best_value)
+    return tf.stack(centers, axis=2)
 
 
-def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
+def _lloyd(xs, s1, in_range, n_valid, centers, k_min, k_max):
     """Lloyd's algorithm from `centres` [r, K, runs, k_max] (ascending, +inf for unused clusters);
     returns (starts, ends, ok) as `_lloyd_candidates`.
 
@@ -611,8 +611,8 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
     count = _counter(xs, in_range, n_valid)
     used = tf.constant([[c < k for c in range(k_max)] for k in ks])[None, :, None, :]  # cluster c of k
 
-    def assign(centres):  # -> cuts [r, K, runs, k_max - 1]: start of each cluster c >= 1
-        return count(0.5 * (centres[..., :-1] + centres[..., 1:]), "right")  # +inf midpoints: n_valid
+    def assign(centers):  # -> cuts [r, K, runs, k_max - 1]: start of each cluster c >= 1
+        return count(0.5 * (centers[..., :-1] + centers[..., 1:]), "right")  # +inf midpoints: n_valid
 
     def bounds(cuts):
         zero = tf.zeros_like(cuts[..., :1])
@@ -628,17 +628,17 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
     variance = tf.reduce_sum(tf.square(xs), axis=1) / tf.cast(tf.maximum(n_valid, 1), tf.float64)  # xs is centred
     tol = 1e-4 * variance[:, None, None]
 
-    def body(i, centres, previous, active, emptied):
-        cuts = assign(centres)
+    def body(i, centers, previous, active, emptied):
+        cuts = assign(centers)
         new, size = means(cuts)
         empty = tf.reduce_any(tf.logical_and(used, size == 0), axis=3)
-        shift = tf.reduce_sum(tf.where(used, tf.square(new - centres), 0.0), axis=3)
+        shift = tf.reduce_sum(tf.where(used, tf.square(new - centers), 0.0), axis=3)
         same = tf.reduce_all(tf.equal(cuts, previous), axis=3)
         done = tf.logical_or(tf.logical_or(same, shift <= tol), empty)
-        centres = tf.where(active[..., None], new, centres)
+        centers = tf.where(active[..., None], new, centers)
         previous = tf.where(active[..., None], cuts, previous)
         emptied = tf.logical_or(emptied, tf.logical_and(active, empty))
-        return i + 1, centres, previous, tf.logical_and(active, tf.logical_not(done)), emptied
+        return i + 1, centers, previous, tf.logical_and(active, tf.logical_not(done)), emptied
 
     def unrolled(*state):
         # Several iterations per trip of the loop: an XLA loop trip costs more than one iteration's
@@ -647,12 +647,12 @@ def _lloyd(xs, s1, in_range, n_valid, centres, k_min, k_max):
             state = body(*state)
         return state
 
-    start = tf.fill(tf.shape(centres[..., 1:]), -1)  # no previous assignment
-    everything = tf.ones(tf.shape(centres)[:3], tf.bool)
-    _, centres, _, _, emptied = tf.while_loop(
+    start = tf.fill(tf.shape(centers[..., 1:]), -1)  # no previous assignment
+    everything = tf.ones(tf.shape(centers)[:3], tf.bool)
+    _, centers, _, _, emptied = tf.while_loop(
         lambda i, c, p, active, e: tf.logical_and(i < _LLOYD_MAX_ITER, tf.reduce_any(active)),
-        unrolled, (tf.constant(0), centres, start, everything, tf.logical_not(everything)))
-    starts, ends = bounds(assign(centres))
+        unrolled, (tf.constant(0), centers, start, everything, tf.logical_not(everything)))
+    starts, ends = bounds(assign(centers))
     ok = tf.logical_and(tf.logical_not(emptied),
                         tf.reduce_all(tf.logical_or(tf.logical_not(used), ends > starts), axis=3))
     return starts, ends, ok

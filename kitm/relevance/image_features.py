@@ -1,8 +1,8 @@
-"""Image feature spaces for seed 004's "Img NNs" variant: the space in which image-side neighbours are found.
+"""Image feature spaces for Thomas & Kovashka's "Img NNs" variant: the space in which image-side neighbours are found.
 
-Seed 004 (Sec. 3.2, "Second variant") replaces the text-space neighbour function of its Eq. 5 by nearest neighbours
-"in the space of visual (e.g. ResNet) features": x_i and x_i' are neighbours "in the original visual space before
-cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by cosine similarity
+Thomas & Kovashka (Sec. 3.2, "Second variant") replace the text-space neighbour function of their Eq. 5 by nearest
+neighbours "in the space of visual (e.g. ResNet) features": x_i and x_i' are neighbours "in the original visual
+space before cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by cosine similarity
 (`kitm.relevance.nearest_neighbors`, like the text neighbours) in one of three spaces, chosen at build time with
 ``python -m kitm.data.build --image_neighbors=...``:
 
@@ -11,7 +11,7 @@ cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by 
   (`kitm.data.pipeline.image_input`). They are the frozen CNN features the paper means (VSE++: pooled ResNet152;
   SCAN: Faster R-CNN regions).
 * ``backbone`` (raw images): the global-average-pooled output of a frozen keras.applications ResNet (the model's
-  own `kitm.layers.image_encoders.ResNetEncoder`; ResNet-50 by default, seed 004's image stream) on each image's
+  own `kitm.layers.image_encoders.ResNetEncoder`; ResNet-50 by default, Thomas & Kovashka's image stream) on each image's
   evaluation view (centre crop of `crop_fraction` of the shorter side, resized to `image_size`, as
   `kitm.ops.images.eval_image`). With ``weights="imagenet"`` this is the paper's space: Keras loads the
   ImageNet weights from ~/.keras/models, downloading them once when they are not there. ``weights=None`` gives a
@@ -25,8 +25,8 @@ cross-modal training", and y_i, y_i' are their paired texts. kitm finds them by 
   meaningful: scenes are near when similar shapes sit at similar places, which is what captions state. Measured
   on a 3,000-scene world at 64 px (2,400 training scenes): the mean exact relevance of a neighbour's captions to
   the image is 0.56 for the 10 nearest and 0.43 for the 200 nearest, against 0.37 for a random other scene and
-  0.89 / 0.65 for the truly most relevant 10 / 200 (tests/test_image_neighbors.py checks the same on a small
-  world). Centring on the split's mean changes these figures by less than 0.01 there; side 8 or 32 gives the same.
+  0.89 / 0.65 for the truly most relevant 10 / 200 (tests/relevance/test_image_features.py checks the same on a
+  small world). Centring on the split's mean changes these figures by less than 0.01 there; side 8 or 32 gives the same.
 
 Features are extracted in chunks of `chunk_images` images, each chunk cached under the build's ``.cache/`` as
 soon as it is done (written under a temporary name, then renamed), so a killed build resumes at the first
@@ -112,9 +112,9 @@ class ImageNeighborOptions:
     Attributes:
         space: "none" (no image-space rows), "features", "pixels" or "backbone".
         pixel_side: side of the downsampled image of the pixel space (16: 768 values).
-        backbone: "resnet50" (seed 004) or "resnet152" (VSE++'s).
+        backbone: "resnet50" (Thomas & Kovashka) or "resnet152" (VSE++'s).
         weights: "imagenet", None (random weights: tests only) or a Keras weights file.
-        image_size: the backbone's input side (224 as in seed 004).
+        image_size: the backbone's input side (224 as in Thomas & Kovashka).
         crop_fraction: centre crop side / shorter side before resizing (0.875 = 224 / 256, the evaluation view).
         batch_size: images per backbone call.
         chunk_images: images per cached chunk (a resumed build redoes at most one chunk).

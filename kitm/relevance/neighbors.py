@@ -1,6 +1,6 @@
 """The k nearest neighbours of every row of an embedding matrix by cosine similarity, self excluded.
 
-Seed 004 (semantic neighbourhoods, Sec. 3.2) draws, for each caption i, a neighbour i' among the
+Thomas & Kovashka (semantic neighbourhoods, Sec. 3.2) draw, for each caption i, a neighbour i' among the
 k = 200 nearest neighbours of i in a text-only space; the lists are precomputed once ("relevance
 rows"). For row i of the L2-normalised matrix E the neighbour list is
 
@@ -397,7 +397,7 @@ def nearest_neighbors(embeddings: np.ndarray, k: int, *, exact_threshold: int = 
     """The k nearest neighbours of every row by cosine similarity, self excluded (by index).
 
     ``indices[i]`` = the k rows j != i with the largest ``s(i, j) = E[i] . E[j]`` (E row-normalised),
-    by decreasing s and then increasing j; ``scores[i]`` the matching s. This is seed 004's
+    by decreasing s and then increasing j; ``scores[i]`` the matching s. This is Thomas & Kovashka's
     neighbour list (Sec. 3.2: a semantic neighbour is drawn from the k = 200 nearest captions in a
     text-only space). Duplicate rows are neighbours of each other with score 1.
 

@@ -8,11 +8,11 @@ For a dataset whose splits hold images with C captions each (in record order), `
   captions on the same idf.
 * ``sbert``: each caption's unit sentence embedding (`kitm.relevance.sentence_embeddings`, default the offline
   all-MiniLM-L6-v2), for the ladder loss's relevance R[p, q] = cos(caption q, image p's own caption).
-* ``neighbors``: each caption's k nearest captions of the same split in that embedding space (seed 004's
+* ``neighbors``: each caption's k nearest captions of the same split in that embedding space (Thomas & Kovashka's
   semantic neighbours), as dataset-wide caption ids and cosine scores, most similar first. The image's own other
   captions are left out: a neighbour is another image-caption pair (so x_i and x_i' are different images).
 * ``image_neighbors`` (with `image_neighbors=ImageNeighborOptions(space=...)`, not one of `sources`): the same
-  layout, with neighbours found in an image feature space instead (seed 004's "Img NNs" variant;
+  layout, with neighbours found in an image feature space instead (Thomas & Kovashka's "Img NNs" variant;
   `kitm.relevance.image_features` describes the spaces). Each image's k nearest *other* images of the split by
   cosine, NN_k(i) (ties by record order, as `nearest_neighbors`); caption c of image i then lists caption c of
   each j in NN_k(i), with score cos(i, j). Every caption of image j pairs with x_j, a neighbour of x_i, so any
@@ -246,7 +246,7 @@ def compute_image_neighbor_rows(out: str | os.PathLike, images: Mapping[str, Ima
             "k": k, **options.parameters(), "feature_dim": dim,
             "definition": "per caption c of image i, caption c of each of the k nearest other images of the same "
                           "split by cosine in the image space, most similar first, and their cosines "
-                          "(seed 004's Img NNs; kitm.relevance.image_features)"}
+                          "(Thomas & Kovashka's Img NNs; kitm.relevance.image_features)"}
     return meta, per_split
 
 
@@ -264,7 +264,7 @@ def compute_relevance_rows(out: str | os.PathLike, captions: Mapping[str, Sequen
         caption_ids: split -> int [N, C], the records' `caption/ids`.
         sources: any of "cider", "sbert", "neighbors".
         sentence_model: sentence-transformers model name or path (None: the offline all-MiniLM-L6-v2).
-        neighbors_k: neighbours kept per caption (200 in seed 004); fewer when a split is smaller.
+        neighbors_k: neighbours kept per caption (200 in Thomas & Kovashka); fewer when a split is smaller.
         image_neighbors: with a space other than "none", also the `image_neighbors` slot, from `images`
             (split -> its images in record order; `compute_image_neighbor_rows`).
     """

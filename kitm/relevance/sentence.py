@@ -1,12 +1,12 @@
 """Unit-norm sentence embeddings of captions through sentence-transformers (the ladder loss's SBERT).
 
-The ladder paper (seed 001, Sec. 3.3) measures how relevant caption q is to image p by the cosine
+The ladder paper (Zhou et al., Sec. 3.3) measures how relevant caption q is to image p by the cosine
 similarity of Sentence-BERT embeddings of q and of p's own caption,
 
     R[p, q] = cos(f(c_p), f(c_q)) = f(c_p) . f(c_q)    for unit-norm f,
 
 so this module returns L2-normalised float32 rows and every relevance degree is an inner product.
-It is also the text-only space of the neighbourhood paper's semantic neighbours (seed 004, where
+It is also the text-only space of the neighbourhood paper's semantic neighbours (Thomas & Kovashka, where
 Doc2Vec plays this part).
 
 The default model is all-MiniLM-L6-v2 (Reimers & Gurevych 2019, "Sentence-BERT"; the
@@ -135,7 +135,7 @@ def sentence_embeddings(texts: Sequence[str], model: str | os.PathLike[str] | Se
     """Sentence-BERT embeddings of ``texts`` with unit L2 norm: float32 [N, D].
 
     ``embeddings[i] = f(texts[i]) / |f(texts[i])|`` with f the model's pooled output, so the
-    relevance degree of the ladder paper (seed 001, Sec. 3.3), ``cos(f(a), f(b))``, is
+    relevance degree of the ladder paper (Zhou et al., Sec. 3.3), ``cos(f(a), f(b))``, is
     ``embeddings[a] @ embeddings[b]``.
 
     Args:

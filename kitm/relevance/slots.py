@@ -25,7 +25,7 @@ CIDER_LENGTHS = "relevance/cider/lengths"                            # int64 [C]
 SBERT_EMBEDDINGS = "relevance/sbert/embeddings"                      # float [C * D]
 NEIGHBOR_CAPTION_IDS = "relevance/neighbors/caption_ids"             # int64 [C * k]
 NEIGHBOR_SCORES = "relevance/neighbors/scores"                       # float [C * k]
-# "image_neighbors": the same layout, neighbours found in an image feature space (seed 004's "Img NNs" variant):
+# "image_neighbors": the same layout, neighbours found in an image feature space (Thomas & Kovashka's "Img NNs" variant):
 # caption c's list is caption c of each of the image's k nearest other images (kitm.relevance.rows).
 IMAGE_NEIGHBOR_CAPTION_IDS = "relevance/image_neighbors/caption_ids"  # int64 [C * k]
 IMAGE_NEIGHBOR_SCORES = "relevance/image_neighbors/scores"            # float [C * k]

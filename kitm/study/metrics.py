@@ -4,8 +4,8 @@ A run is scored by ``python -m kitm.eval --run_dir=... --out=<run_dir>/study_eva
 ``"flat"`` (:func:`kitm.eval.report.flatten_figures` of the whole set: ``i2t_R@1`` for VSE++ recall R^V@1,
 ``i2t_IR_R@1`` for information-retrieval recall, ``i2t_NCS@10``, ``i2t_SR@5``, ``i2t_CS@30``, ``i2t_medr``,
 ``i2t_meanr``, ``i2t_map``, ``i2t_NWAY_R1@5``, the same with ``t2i_``) and ``"rsum"`` (sum of R^V@K over both
-directions and every K). :func:`run_figures` merges them into one {name: value} dict, with seed 004's
-neighbourhood preservation when kitm.eval ran with ``--neighbourhood``: ``NP_text`` and ``NP_image`` (percent of
+directions and every K). :func:`run_figures` merges them into one {name: value} dict, with Thomas & Kovashka's
+neighbourhood preservation when kitm.eval ran with ``--neighborhood``: ``NP_text`` and ``NP_image`` (percent of
 an item's k nearest neighbours in the text-only space that stay among its k nearest in the learned space).
 
 Everything is in percent except CS (Kendall tau-b, in [-1, 1]) and the ranks medr and meanr, where lower is
@@ -28,7 +28,7 @@ LOWER_IS_BETTER = frozenset({"medr", "meanr"})
 DEFAULT_FAMILIES = (FIGURE_NAMES["recall_vse"], FIGURE_NAMES["ncs"], FIGURE_NAMES["semantic_recall"],
                     FIGURE_NAMES["coherent_score"])
 RSUM = "rsum"
-NEIGHBOURHOOD = ("NP_text", "NP_image")
+NEIGHBORHOOD = ("NP_text", "NP_image")
 
 _KEYED = re.compile(r"^(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+?)@(?P<k>\d+)$")
 _PLAIN = re.compile(r"^(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+)$")
@@ -78,7 +78,7 @@ def run_figures(payload: Mapping[str, object]) -> dict[str, float]:
         figures[RSUM] = float(payload[RSUM])
     preservation = payload.get("neighbourhood_preservation")
     if isinstance(preservation, Mapping):
-        for name in NEIGHBOURHOOD:
+        for name in NEIGHBORHOOD:
             value = preservation.get(name.split("_", 1)[1])
             if value is not None:
                 figures[name] = 100.0 * float(value)
@@ -95,7 +95,7 @@ def default_metrics(available: Iterable[str]) -> list[str]:
             chosen += curve_metrics(available, direction, family)
     if RSUM in available:
         chosen.append(RSUM)
-    return chosen + [name for name in NEIGHBOURHOOD if name in available]
+    return chosen + [name for name in NEIGHBORHOOD if name in available]
 
 
 def curve_metrics(available: Iterable[str], direction: str, family: str) -> list[str]:

@@ -7,5 +7,5 @@ reproducibility   seeds and TensorFlow's op determinism
 schedules         learning-rate schedules (step decay, warm-up + cosine)
 finetune          fine-tuning the image backbone after a frozen phase
 precision         mixed-precision policies
-center_phases     seed 003's three training phases (several `fit` calls)
+center_phases     the semantic centers' three training phases (Malali & Keller) (several `fit` calls)
 """

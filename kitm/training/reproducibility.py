@@ -10,7 +10,7 @@ global generator; with it, and the seeds kitm passes explicitly, the same seed g
                                   the threads do, a new sequence each epoch
     initialisation                Keras initialisers draw from the global seed
     SAM's random negatives        `SAMLoss(seed=...)`
-Measured on CPU (tests/test_reproducibility.py): two launcher runs with the same seed log the same epoch
+Measured on CPU (tests/end_to_end/test_reproducibility.py): two launcher runs with the same seed log the same epoch
 losses to the last bit without op determinism (before the stateless draws they did not: the crops of a
 parallel map followed the thread timing).
 

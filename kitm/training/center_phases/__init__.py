@@ -1,4 +1,4 @@
-"""Seed 003's three training phases (Malali & Keller, Sec. 4.1), each one `model.fit`, resumable after a kill.
+"""The semantic centers' three training phases (Malali & Keller, Sec. 4.1), each one `model.fit`, resumable after a kill.
 
 Objective (Eq. 5), every term a batch sum, unweighted: L = L_C + L_T + L_CE^I + L_CE^T with
 - L_T: `AdaptiveMarginTripletLoss`, symmetric triplet on L2 distances, one random in-batch negative per anchor

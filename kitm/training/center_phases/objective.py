@@ -8,7 +8,7 @@ from kitm.training.center_phases.config import CenterPhaseConfig
 
 
 class CenterObjective:
-    """The four losses of seed 003, built once (inside `strategy.scope()`) and shared by the phases.
+    """The four losses of semantic centers (Malali & Keller), built once (in `strategy.scope()`), shared by the phases.
 
     Keys (also the names their terms are logged under): "triplet", "centers" (phase 1), "quantized" (phases 2,
     3), "index_ce".
@@ -35,5 +35,5 @@ class CenterObjective:
     def phase_losses(self, phase: int) -> dict:
         # Phase 2 keeps the triplet and the heads (frozen, no gradient reaches them) so that every term and the
         # total stay comparable on TensorBoard across phases.
-        centre = self.centers if phase == 1 else self.quantized
-        return {"triplet": self.triplet, centre.name: centre, "index_ce": self.index_ce}
+        center = self.centers if phase == 1 else self.quantized
+        return {"triplet": self.triplet, center.name: center, "index_ce": self.index_ce}

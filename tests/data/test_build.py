@@ -1,0 +1,56 @@
+"""`python -m kitm.data.build` on a dataset too small for neighbour rows: the message names the setting to change.
+
+Neighbour rows list captions of *other* images of the same split, so a split of one image cannot have them. The
+refusal comes before any slow work (CIDEr-D, sentence embeddings) and names the exact value to build with instead:
+as a flag through the command line, as the builder's argument from Python.
+"""
+
+import numpy as np
+import pytest
+
+from kitm.data.build import main
+from kitm.data.flickr8k import build_flickr8k
+from kitm.data.synthetic_records import encode_png
+from kitm.errors import KitmDataError
+
+
+def _three_images(tmp_path, *, with_images=False):
+    """A Flickr8k_text-like folder of three images, one per split (and their pixels with `with_images`)."""
+    folder = tmp_path / "f8k_text"
+    folder.mkdir()
+    splits = {"trainImages": "a.jpg", "devImages": "b.jpg", "testImages": "c.jpg"}
+    lines = [f"{name}#{k}\tcaption {k} of {name} ." for name in splits.values() for k in range(5)]
+    (folder / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    for list_name, name in splits.items():
+        (folder / f"Flickr_8k.{list_name}.txt").write_text(name + "\n")
+    images = tmp_path / "images"
+    if with_images:
+        images.mkdir()
+        for value, name in enumerate(splits.values()):
+            (images / name).write_bytes(encode_png(np.full((8, 8, 3), 40 * value, np.uint8)))
+    return folder, images
+
+
+def test_default_relevance_on_a_three_image_dataset_names_the_flag_value_to_drop(tmp_path, capsys):
+    folder, _ = _three_images(tmp_path)
+    status = main(["--dataset=flickr8k", f"--flickr8k_dir={folder}", f"--out={tmp_path / 'out'}", "--quiet"])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert ("kitm.data.build: error: Split 'train' has one image: no neighbours of other images to store. "
+            "Drop 'neighbors' from --relevance (--relevance=cider,sbert), or give every split at least two "
+            "images.") in error
+
+
+def test_the_suggested_value_keeps_the_other_entries_and_python_callers_see_argument_names(tmp_path):
+    folder, _ = _three_images(tmp_path)
+    with pytest.raises(KitmDataError, match=r"Drop 'neighbors' from relevance \(relevance=none\)"):
+        build_flickr8k(tmp_path / "out", folder, relevance=("neighbors",), progress=False)
+
+
+def test_image_space_neighbors_name_their_flag(tmp_path, capsys):
+    folder, images = _three_images(tmp_path, with_images=True)
+    status = main(["--dataset=flickr8k", f"--flickr8k_dir={folder}", f"--images={images}", "--relevance=cider",
+                   "--image_neighbors=pixels", f"--out={tmp_path / 'out'}", "--quiet"])
+    assert status == 2
+    assert ("no image-space neighbours of other images to store. Leave out the image-space neighbour rows "
+            "(--image_neighbors=none)") in capsys.readouterr().err

@@ -1,0 +1,42 @@
+"""Settings of the end-to-end runs: the production run shared by test_export.py and test_monitoring.py, and the
+serving client that loads an export in a process without kitm."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SERVING_SCRIPT = pathlib.Path(__file__).resolve().with_name("serving_script.py")
+
+# The tiny model (tests/conftest.py TINY_FLAGS) with the production controls switched on: a warm-up + cosine
+# schedule, test-time crops (0.875 crops of the 32 px scenes, so the crops differ), a 6-image projector.
+PRODUCTION_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "--embedding_dim=32", "--word_dim=16",
+                    "--text_units=16", "--batch_size=16", "--learning_rate=1e-3", "--relevance=truth",
+                    "--progress=false", "--epochs=2", "--eval_every_epochs=1", "--eval_crop_fraction=0.875",
+                    "--lr_schedule=cosine", "--warmup_steps=3", "--test_crops=2", "--projector_samples=6",
+                    "--captions_per_step=sample"]
+
+
+@pytest.fixture(scope="session")
+def production_run(tiny_synthetic, tmp_path_factory, launch):
+    """(run_dir, CompletedProcess) of one tiny launcher run with the production controls, shared by
+    test_export.py and test_monitoring.py: session-scoped, so the ~40 s run happens once per process, and
+    tests/conftest.py (SHARED_RUN_GROUPS) sends both modules to the same xdist worker."""
+    run_dir = tmp_path_factory.mktemp("production") / "run"
+    result = launch([*PRODUCTION_FLAGS, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return run_dir, result
+
+
+@pytest.fixture(scope="session")
+def serve_in_fresh_python():
+    """`serve_in_fresh_python(export_dir, captions_json, image_paths_json, out, *, cwd, timeout=300)`: run
+    serving_script.py in a new interpreter (a CompletedProcess)."""
+    def serve(export_dir, captions_json, image_paths_json, out, *, cwd, timeout=300):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        return subprocess.run([sys.executable, str(SERVING_SCRIPT), *map(str, (export_dir, captions_json,
+                                                                                  image_paths_json, out))],
+                              capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return serve

@@ -1,0 +1,63 @@
+"""End to end: two real MultiWorkerMirroredStrategy workers of the launcher on 127.0.0.1 train together, and only the
+chief writes the run directory."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_synthetic, tmp_path, tiny_flags, repo_root):
+    run_dir, scratch = tmp_path / "run", tmp_path / "scratch"
+    scratch.mkdir()
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    args = [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}",
+            "--epochs=1", "--eval_every_epochs=0", "--strategy=multi_worker"]
+    workers = []
+    for index in (0, 1):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(scratch),
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen(args, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True))
+    outputs = []
+    try:
+        for worker in workers:
+            outputs.append(worker.communicate(timeout=480))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, out[-2000:] + err[-4000:]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["workers"] == {"count": 2, "chief": True} and summary["replicas"] == 2
+    # Global batch 16 = 2 replicas x 8 rows: 96 images make 6 steps, not 96 / (2 x 16) = 3.
+    assert summary["steps_per_epoch"] == 6 and summary["optimizer_steps"] == 6
+    assert np.isfinite(summary["history"]["loss"][0])
+    with h5py.File(run_dir / "checkpoints" / "last.weights.h5") as weights:
+        assert int(weights["optimizer/vars/0"][()]) == 6  # the optimizer's iterations
+    assert (run_dir / "export" / "1" / "saved_model.pb").is_file()
+    # One checkpoint, one export, one summary: the chief's; the other worker's scratch directory is gone.
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "export", "logs", "summary.json",
+                                                        "vocabulary.txt"]
+    assert list((run_dir / "checkpoints").iterdir()) == [run_dir / "checkpoints" / "last.weights.h5"]
+    assert list(scratch.iterdir()) == []
+    # The non-chief wrote its summary into its scratch directory (removed since).
+    assert f"Run summary: {scratch}" in outputs[1][0]

@@ -1,0 +1,437 @@
+"""kitm.study: spec validation, the runner's resume and failure handling (with a stand-in interpreter), reports
+built from hand-made eval JSONs (a study through the real launcher and kitm.eval: tests/end_to_end/test_study.py)."""
+
+import json
+import math
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kitm.study import cli, commands, runs
+from kitm.study.runner import run_one
+from kitm.study.spec import SpecError, load_spec
+
+
+SPEC = """
+name = "toy"
+out_dir = "{out}"
+seeds = [0, 1, 2]
+baseline = "base"
+common_flags = ["--dataset=synthetic", "--epochs=1"]
+[evaluation]
+split = "test"
+relevance = "truth"
+[[configuration]]
+name = "base"
+flags = ["--loss=triplet"]
+[[configuration]]
+name = "better"
+flags = ["--loss=triplet", "--margin=0.1"]
+[[claim]]
+name = "better improves NCS and keeps R@1"
+configuration = "better"
+improves = ["i2t_NCS@10", "t2i_NCS@10"]
+keeps = ["i2t_R@1"]
+keep_tolerance = 1.0
+[[claim]]
+name = "better improves R@1"
+configuration = "better"
+improves = ["i2t_R@1"]
+"""
+
+
+def _write_spec(tmp_path, text=SPEC, **fields):
+    path = tmp_path / "study.toml"
+    path.write_text(textwrap.dedent(text).format(out=tmp_path / "study", **fields))
+    return path
+
+
+def _payload(figures):
+    """A kitm.eval report as the study reads it: the flat figures plus rsum (sum of R@K both ways)."""
+    flat = dict(figures)
+    rsum = sum(value for name, value in flat.items() if "_R@" in name and "IR_R" not in name)
+    return {"flat": flat, "rsum": rsum}
+
+
+def _figures(r1, ncs, medr=3.0):
+    return {"i2t_R@1": r1, "i2t_R@5": r1 + 20, "i2t_R@10": r1 + 30, "t2i_R@1": r1 - 5, "t2i_R@5": r1 + 15,
+            "t2i_R@10": r1 + 25, "i2t_NCS@1": ncs - 2, "i2t_NCS@5": ncs - 1, "i2t_NCS@10": ncs, "t2i_NCS@1": ncs + 1,
+            "t2i_NCS@5": ncs + 2, "t2i_NCS@10": ncs + 3, "i2t_medr": medr, "t2i_medr": medr + 1,
+            "i2t_meanr": medr * 3, "t2i_meanr": medr * 3 + 2, "i2t_CS@3": 0.4, "t2i_CS@3": 0.35}
+
+
+def _fake_run(study, configuration, seed, figures):
+    directory = study / "runs" / configuration / f"seed_{seed}"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "study_eval.json").write_text(json.dumps(_payload(figures)))
+    return directory
+
+
+# Hand-made figures: `better` gains NCS clearly (+3.0, +3.4, +2.7), keeps R@1 within a point (+0.2, -0.3, +0.1).
+BASE = {0: _figures(30.0, 60.0), 1: _figures(31.5, 61.0), 2: _figures(29.0, 59.0)}
+BETTER = {0: _figures(30.2, 63.0, 2.0), 1: _figures(31.2, 64.4, 2.0), 2: _figures(29.1, 61.7, 2.0)}
+
+
+# ---------------------------------------------------------------------------------------------------- the spec
+
+def test_spec_parses_with_defaults(tmp_path):
+    spec = load_spec(_write_spec(tmp_path))
+    assert spec.name == "toy" and spec.seeds == (0, 1, 2) and spec.baseline == "base"
+    assert spec.configuration_names == ("base", "better")
+    assert spec.evaluation.relevance == "truth" and spec.evaluation.extra_args == ()
+    assert spec.claims[0].keep_tolerance == {"i2t_R@1": 1.0}
+    assert spec.claims[1].baseline == "base" and spec.metrics is None
+
+
+@pytest.mark.parametrize("edit, key, message", [
+    (lambda s: s.replace("seeds = [0, 1, 2]\n", ""), "seeds", "missing"),
+    (lambda s: s.replace("seeds = [0, 1, 2]", "seeds = [0, 1, 1]"), "seeds", "repeats"),
+    (lambda s: s.replace("seeds = [0, 1, 2]", "seeds = [0, -1]"), "seeds[1]", "integer >= 0"),
+    (lambda s: s.replace('baseline = "base"', 'baseline = "nope"'), "baseline", "not a configuration"),
+    (lambda s: s.replace('name = "toy"', 'name = "toy"\nsead = 3'), "sead", "unknown key"),
+    (lambda s: s.replace('name = "better"', 'name = "base"'), "configuration[1].name", "names two"),
+    (lambda s: s.replace('name = "better"', 'name = "a/b"'), "configuration[1].name", "names a folder"),
+    (lambda s: s.replace('flags = ["--loss=triplet"]', 'flags = ["--loss=triplet", "--seed=3"]'),
+     "configuration[0].flags[1]", "--seed is set by the study"),
+    (lambda s: s.replace('flags = ["--loss=triplet"]', 'flags = ["loss=triplet"]'),
+     "configuration[0].flags[0]", "is not a flag"),
+    (lambda s: s.replace('flags = ["--loss=triplet"]', 'flags = ["--flagfile=launch/nothing.flags"]'),
+     "configuration[0].flags[0]", "does not exist"),
+    (lambda s: s.replace('relevance = "truth"', 'relevance = "bleu"'), "evaluation.relevance", "not one of"),
+    (lambda s: s.replace('relevance = "truth"', 'relevance = "truth"\nextra_args = ["--out=x.json"]'),
+     "evaluation.extra_args[0]", "--out is set by the study"),
+    (lambda s: s.replace("keep_tolerance = 1.0\n", ""), "claim[0].keep_tolerance", "missing"),
+    (lambda s: s.replace("keep_tolerance = 1.0", "keep_tolerance = -1.0"), "claim[0].keep_tolerance", ">= 0"),
+    (lambda s: s.replace("keep_tolerance = 1.0", 'keep_tolerance = {"t2i_R@1" = 1.0}'),
+     "claim[0].keep_tolerance.t2i_R@1", "is not one of the claim's 'keeps'"),
+    (lambda s: s.replace("keep_tolerance = 1.0", "keep_tolerance = {}"), "claim[0].keep_tolerance",
+     "no tolerance for i2t_R@1"),
+    (lambda s: s.replace('configuration = "better"\nimproves = ["i2t_R@1"]', 'configuration = "base"\n'
+                                                                            'improves = ["i2t_R@1"]'),
+     "claim[1].baseline", "with itself"),
+    (lambda s: s.replace('configuration = "better"\nimproves = ["i2t_R@1"]', 'configuration = "better"'),
+     "claim[1]", "at least one metric"),
+    (lambda s: s + "[[claim]]\nname = 'x'\nconfiguration = 'gone'\nimproves = ['rsum']\n",
+     "claim[2].configuration", "not a configuration"),
+])
+def test_spec_errors_name_the_file_and_key(tmp_path, edit, key, message):
+    path = tmp_path / "study.toml"
+    path.write_text(edit(SPEC.format(out=tmp_path / "study")))
+    with pytest.raises(SpecError) as error:
+        load_spec(path)
+    assert str(error.value).startswith(f"{path}: {key}"), str(error.value)
+    assert message in str(error.value)
+
+
+def test_keep_tolerance_per_metric(tmp_path):
+    path = _write_spec(tmp_path, SPEC.replace('keeps = ["i2t_R@1"]\nkeep_tolerance = 1.0',
+                                              'keeps = ["i2t_R@1", "i2t_medr"]\n'
+                                              'keep_tolerance = {{"i2t_R@1" = 1.0, i2t_medr = 0.5}}'))
+    assert load_spec(path).claims[0].keep_tolerance == {"i2t_R@1": 1.0, "i2t_medr": 0.5}
+
+
+def test_bad_spec_through_the_cli_is_one_line_with_status_2(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text("name = 'x'\nseeds = [0]\n[[configuration]]\nname = 'a'\nflags = '--loss=triplet'\n")
+    assert cli.main([f"--spec={path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kitm.study: error: {path}: configuration[0].flags: must be a list") and "\n" not in err
+    path.write_text("name = 'x'\nseeds = [0\n")
+    assert cli.main([f"--spec={path}"]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    assert cli.main([f"--spec={tmp_path / 'absent.toml'}"]) == 2
+    assert "no such spec file" in capsys.readouterr().err
+    assert cli.main([f"--spec={_write_spec(tmp_path)}", "--only=base,nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ the commands
+
+def test_dry_run_prints_commands_in_absl_order_and_writes_nothing(tmp_path, capsys):
+    spec_path = _write_spec(tmp_path)
+    study = tmp_path / "study"
+    _fake_run(study, "base", 0, BASE[0])
+    assert cli.main([f"--spec={spec_path}", "--dry_run", "--seeds=0,1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    run_dir = study / "runs" / "better" / "seed_1"
+    assert "# base seed 0: done -> skip (evaluated)" in out
+    assert commands.display(["-m", "kitm.launch", "--dataset=synthetic", "--epochs=1", "--loss=triplet",
+                             "--margin=0.1", "--seed=1", f"--run_dir={run_dir}", "--progress=false"]) in out
+    assert commands.display(["-m", "kitm.eval", f"--run_dir={run_dir}", "--split=test", "--relevance=truth",
+                             f"--out={run_dir / 'study_eval.json'}", "--no-progress"]) in out
+    assert not any("seed 2" in line for line in out)
+    assert not (study / "report.md").exists() and not (study / "runs" / "better").exists()
+
+
+def test_flagfile_overrides_of_common_flags_are_warned(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "paper.flags").write_text("# a paper's flags\n--dataset=f30k\n--loss=sam\n--epochs=1\n")
+    text = SPEC.replace('flags = ["--loss=triplet", "--margin=0.1"]', 'flags = ["--flagfile=paper.flags"]')
+    spec = load_spec(_write_spec(tmp_path, text))
+    warnings = commands.overridden_common_flags(spec)
+    assert warnings == ["configuration 'better': --dataset=f30k (from paper.flags) overrides the common flag "
+                        "--dataset=synthetic"]
+    text = SPEC.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                        'flags = ["--flagfile=paper.flags", "--dataset=synthetic"]')
+    assert commands.overridden_common_flags(load_spec(_write_spec(tmp_path, text))) == []
+
+
+def test_source_fingerprint_is_stable():
+    fingerprint = commands.source_fingerprint()
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
+    assert commands.source_fingerprint() == fingerprint
+
+
+def test_subprocess_environment(tmp_path, repo_root):
+    spec = load_spec(_write_spec(tmp_path, SPEC + '[environment]\nCUDA_VISIBLE_DEVICES = ""\n'))
+    env = commands.subprocess_environment(spec, base={"TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": "/x"})
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TF_CPP_MIN_LOG_LEVEL"] == "0"  # the caller's choice is kept
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(repo_root), "/x"]  # this checkout's kitm first
+
+
+# -------------------------------------------------------------------------- the runner, with a stand-in python
+
+FAKE_PYTHON = """#!{python}
+# Stands in for the interpreter: `-m kitm.launch ... --run_dir=D` writes D/summary.json, `-m kitm.eval ...
+# --out=F` writes F; FAKE_FAIL=launch|eval makes that stage exit 3. Every call is counted in FAKE_CALLS.
+import json, os, pathlib, sys
+module = sys.argv[2]
+args = dict(a[2:].split("=", 1) for a in sys.argv[3:] if "=" in a)
+with open(os.environ["FAKE_CALLS"], "a") as calls:
+    calls.write(module + "\\n")
+print("fake", module, "running")
+if os.environ.get("FAKE_FAIL") == module.split(".")[1]:
+    print("Traceback: something broke in", module, file=sys.stderr)
+    sys.exit(3)
+if module == "kitm.launch":
+    pathlib.Path(args["run_dir"], "summary.json").write_text(json.dumps({{"seconds": {{"total": 1.5}},
+        "flags": {{"seed": int(args["seed"])}}}}))
+else:
+    pathlib.Path(args["out"]).write_text(json.dumps({{"flat": {{"i2t_R@1": 10.0}}, "rsum": 10.0}}))
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path, monkeypatch):
+    script = tmp_path / "fake_python"
+    script.write_text(FAKE_PYTHON.format(python=sys.executable))
+    script.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.touch()
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    return script, calls
+
+
+def test_runner_fails_resumes_evaluates_and_skips(tmp_path, fake_python, monkeypatch):
+    script, calls = fake_python
+    spec = load_spec(_write_spec(tmp_path))
+    plan = runs.plan_runs(spec, tmp_path / "study", ["base"], [0])[0]
+
+    monkeypatch.setenv("FAKE_FAIL", "launch")
+    outcome = run_one(plan, dict(os.environ), str(script))
+    assert outcome.action == "failed" and outcome.failed_stage == "launch" and outcome.returncode == 3
+    status = json.loads(plan.status_json.read_text())
+    assert status["state"] == "failed" and "something broke in kitm.launch" in status["log_tail"]
+    assert runs.run_state(plan) == runs.FAILED
+    assert "fake kitm.launch running" in plan.launch_log.read_text()
+
+    monkeypatch.setenv("FAKE_FAIL", "eval")  # the launcher now succeeds, the evaluation fails
+    outcome = run_one(plan, dict(os.environ), str(script))
+    assert outcome.failed_stage == "eval" and plan.summary_json.is_file() and not plan.eval_json.exists()
+
+    monkeypatch.delenv("FAKE_FAIL")  # trained: only the evaluation runs again
+    outcome = run_one(plan, dict(os.environ), str(script))
+    assert outcome.action == "evaluated" and runs.run_state(plan) == runs.DONE
+    assert calls.read_text().split() == ["kitm.launch", "kitm.launch", "kitm.eval", "kitm.eval"]
+    status = json.loads(plan.status_json.read_text())
+    assert [(a["stage"], a["returncode"]) for a in status["attempts"]] == [("launch", 3), ("launch", 0), ("eval", 3),
+                                                                          ("eval", 0)]
+    assert status["state"] == "done" and status["log_tail"] is None
+    assert all(a["seconds"] > 0 for a in status["attempts"])
+    assert {a["kitm_source"] for a in status["attempts"]} == {commands.source_fingerprint()}
+
+    assert run_one(plan, dict(os.environ), str(script)).action == "skipped"  # evaluated: nothing runs
+    assert len(calls.read_text().split()) == 4
+    assert not list(plan.directory.glob("*.tmp"))  # every file was renamed into place
+
+
+def test_changed_spec_makes_runs_stale(tmp_path, fake_python, capsys):
+    script, _ = fake_python
+    spec_path = _write_spec(tmp_path)
+    spec = load_spec(spec_path)
+    plan = runs.plan_runs(spec, tmp_path / "study", ["base"], [0])[0]
+    assert run_one(plan, dict(os.environ), str(script)).action == "trained"
+    spec_path.write_text(spec_path.read_text().replace('"--epochs=1"', '"--epochs=2"'))
+    assert cli.main([f"--spec={spec_path}", "--only=base", "--seeds=0"]) == 2
+    err = capsys.readouterr().err
+    assert "other launch commands" in err and str(plan.directory) in err
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--seeds=0"]) == 0  # reported as stale, not used
+    report = json.loads((tmp_path / "study" / "report.json").read_text())
+    assert [r["state"] for r in report["runs"]] == ["stale", "missing"]
+
+
+def test_changed_evaluation_reevaluates(tmp_path, fake_python):
+    script, calls = fake_python
+    spec_path = _write_spec(tmp_path)
+    plan = runs.plan_runs(load_spec(spec_path), tmp_path / "study", ["base"], [0])[0]
+    run_one(plan, dict(os.environ), str(script))
+    spec_path.write_text(spec_path.read_text().replace('relevance = "truth"', 'relevance = "cider"'))
+    plan = runs.plan_runs(load_spec(spec_path), tmp_path / "study", ["base"], [0])[0]
+    assert runs.run_state(plan) == runs.TRAINED
+    assert run_one(plan, dict(os.environ), str(script)).action == "evaluated"
+    assert calls.read_text().split() == ["kitm.launch", "kitm.eval", "kitm.eval"]
+
+
+# ------------------------------------------------------------------------------ reports from hand-made figures
+
+@pytest.fixture
+def fake_study(tmp_path):
+    spec_path = _write_spec(tmp_path)
+    study = tmp_path / "study"
+    for seed, figures in BASE.items():
+        _fake_run(study, "base", seed, figures)
+    for seed, figures in BETTER.items():
+        _fake_run(study, "better", seed, figures)
+    return spec_path, study
+
+
+def test_report_only_from_hand_made_runs(fake_study, capsys):
+    spec_path, study = fake_study
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "claim 'better improves NCS and keeps R@1': holds" in out
+    report = json.loads((study / "report.json").read_text())
+    assert len(report["runs"]) == 6 and all(r["state"] == "done" for r in report["runs"])
+
+    # Aggregates: mean, sample std and t half-width from the formulas.
+    values = np.array([BETTER[s]["t2i_NCS@10"] for s in range(3)])
+    aggregate = report["aggregates"]["better"]["t2i_NCS@10"]
+    assert aggregate["n"] == 3 and aggregate["mean"] == pytest.approx(values.mean())
+    assert aggregate["std"] == pytest.approx(values.std(ddof=1))
+    assert aggregate["half_width"] == pytest.approx(stats.t.ppf(0.975, 2) * values.std(ddof=1) / math.sqrt(3))
+    assert report["aggregates"]["base"]["rsum"]["mean"] == pytest.approx(
+        np.mean([_payload(BASE[s])["rsum"] for s in range(3)]))
+
+    # Paired comparisons against scipy.
+    a = np.array([BETTER[s]["i2t_NCS@10"] for s in range(3)])
+    b = np.array([BASE[s]["i2t_NCS@10"] for s in range(3)])
+    comparison = report["comparisons"]["better"]["metrics"]["i2t_NCS@10"]
+    assert comparison["difference"]["mean"] == pytest.approx((a - b).mean())
+    assert comparison["t_test_p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    assert comparison["wilcoxon_p"] == pytest.approx(stats.wilcoxon(a - b, method="exact").pvalue)
+    medr = report["comparisons"]["better"]["metrics"]["i2t_medr"]  # 3 -> 2: better, though the difference is < 0
+    assert medr["lower_is_better"] and medr["difference"]["mean"] == pytest.approx(-1.0)
+    assert medr["improvement"]["mean"] == pytest.approx(1.0)
+    assert "i2t_medr" in report["lower_is_better"]
+
+    # Claims: NCS up and R@1 kept -> holds; R@1 "improves" is not shown -> inconclusive.
+    verdicts = {claim["name"]: claim for claim in report["claims"]}
+    holds = verdicts["better improves NCS and keeps R@1"]
+    assert holds["verdict"] == "holds"
+    assert [(p["kind"], p["metric"], p["verdict"]) for p in holds["parts"]] == [
+        ("improves", "i2t_NCS@10", "supports"), ("improves", "t2i_NCS@10", "supports"),
+        ("keeps", "i2t_R@1", "supports")]
+    assert verdicts["better improves R@1"]["verdict"] == "inconclusive"
+
+    # Default metrics: R@K, NCS@K, CS@K both ways, rsum (no SR in these runs).
+    assert report["metrics"][:3] == ["i2t_R@1", "i2t_R@5", "i2t_R@10"] and report["metrics"][-1] == "rsum"
+    assert "i2t_NCS@10" in report["metrics"] and "t2i_CS@3" in report["metrics"]
+    assert "i2t_medr" not in report["metrics"] and "i2t_medr" in report["available_metrics"]
+
+    markdown = (study / "report.md").read_text()
+    for text in ("## Claims", "### better improves NCS and keeps R@1: **holds**", "## Figures",
+                 "## Paired differences against the baseline `base`", "## Verdict rules", "## Regenerate",
+                 "(min 0.25)", "python -m kitm.study --spec=", "--report_only"):
+        assert text in markdown, text
+    assert f"| i2t_R@1 | {np.mean([BASE[s]['i2t_R@1'] for s in range(3)]):.2f} ± " in markdown
+    for name in ("i2t_R@1.png", "rsum.png", "t2i_CS@3.png", "recall_curves.png", "ncs_curves.png"):
+        assert (study / "plots" / name).stat().st_size > 5000, name
+    assert (study / "spec.toml").read_text() == spec_path.read_text()
+    assert not list(study.rglob("*.tmp"))
+
+
+def test_report_with_failed_missing_and_single_seed_runs(fake_study, capsys):
+    spec_path, study = fake_study
+    # better seed 2 failed, base seed 1 was never run: the comparison pairs seed 0 only.
+    failed = study / "runs" / "better" / "seed_2"
+    (failed / "study_eval.json").unlink()
+    (failed / "study_status.json").write_text(json.dumps({
+        "state": "failed", "failed_stage": "launch", "returncode": 1, "log_tail": "ValueError: boom",
+        "launch_args": runs.plan_runs(load_spec(spec_path), study, ["better"], [2])[0].launch_args,
+        "eval_args": [], "attempts": [{"stage": "launch", "seconds": 12.5, "returncode": 1}]}))
+    (study / "runs" / "base" / "seed_1" / "study_eval.json").unlink()
+    (study / "runs" / "better" / "seed_1" / "study_eval.json").unlink()
+    assert cli.main([f"--spec={spec_path}", "--report_only"]) == 1  # a failed run: exit status 1
+    assert "1 run(s) failed: better/seed_2" in capsys.readouterr().err
+    report = json.loads((study / "report.json").read_text())
+    states = {(r["configuration"], r["seed"]): r["state"] for r in report["runs"]}
+    assert states[("better", 2)] == "failed" and states[("base", 1)] == "missing"
+    assert report["failed_runs"] == ["better/seed_2"]
+    comparison = report["comparisons"]["better"]["metrics"]["i2t_NCS@10"]
+    assert comparison["seeds"] == [0] and comparison["difference"]["half_width"] is None  # NaN -> null
+    assert report["aggregates"]["better"]["i2t_R@1"]["n"] == 1
+    assert {c["verdict"] for c in report["claims"]} == {"inconclusive"}
+    markdown = (study / "report.md").read_text()
+    assert "## Failed runs" in markdown and "ValueError: boom" in markdown
+    assert "± n/a" in markdown and "not every run is in the figures: 1 failed, 2 missing" in markdown
+    assert "| better | 2 | failed | 12.5 |" in markdown
+
+
+def test_report_flags_runs_on_different_worlds(fake_study):
+    spec_path, study = fake_study
+    for configuration, scenes in (("base", 60), ("better", 90)):
+        data = study.parent / f"data_{configuration}"
+        data.mkdir()
+        (data / "dataset.json").write_text(json.dumps({"source": {"num_scenes": scenes, "seed": 0}}))
+        for seed in range(3):
+            (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps({
+                "dataset": {"dir": str(data), "name": "synthetic", "splits": {"test": 6}},
+                "flags": {"dataset": "synthetic", "synthetic_num_scenes": 60, "seed": seed, "loss": "triplet",
+                          "margin": 0.2 if configuration == "base" else 0.1},
+                "seconds": {"total": 3.0}}))
+        for seed in range(3):  # and by two versions of the kitm sources
+            plan = runs.plan_runs(load_spec(spec_path), study, [configuration], [seed])[0]
+            runs.write_status(plan, {**runs.new_status(plan, sys.executable), "state": "done", "attempts": [
+                {"stage": "launch", "seconds": 1.0, "returncode": 0, "kitm_source": f"code_{configuration}"}]})
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    report = json.loads((study / "report.json").read_text())
+    assert any("2 different versions of the kitm sources" in w and "code_better: better/seed_0" in w
+               for w in report["warnings"])
+    assert len(report["datasets"]) == 2
+    assert any("2 different datasets" in w for w in report["warnings"])
+    assert any("asked for --synthetic_num_scenes=60 but trained on the 90-scene world" in w
+               for w in report["warnings"])
+    assert report["flag_differences"] == {"better": {"margin": {"baseline": 0.2, "configuration": 0.1}}}
+
+
+def test_metric_plot_is_legible(fake_study, tmp_path):
+    """The bar plots come out at a readable size (their look was checked by eye when they were written)."""
+    spec_path, study = fake_study
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    from PIL import Image
+
+    with Image.open(study / "plots" / "i2t_NCS@10.png") as image:
+        width, height = image.size
+    assert width > 400 and height > 300
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
+    from kitm.study.analysis import _data_warnings
+    from kitm.study.results import RunResult
+
+    def result(command):
+        return RunResult("base", 0, tmp_path, "done", {}, 1.0, 1.0, 1.0, None,
+                         {"dataset": "synthetic", "synthetic_num_scenes": 3000},
+                         {"dir": "tfrecords/pinned", "name": "synthetic", "source": {"num_scenes": 1000}}, None,
+                         command, "")
+
+    assert _data_warnings([result("python -m kitm.launch --dataset=synthetic --data_dir=tfrecords/pinned")], []) == []
+    assert "asked for --synthetic_num_scenes=3000" in _data_warnings([result("python -m kitm.launch")], [])[0]

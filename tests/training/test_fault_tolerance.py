@@ -1,0 +1,112 @@
+"""Fault tolerance (kitm.training.fault_tolerance): NaN epochs never reach the checkpoint or the backup; a resumed
+fit runs only the rest of the interrupted epoch. A launcher run killed with SIGKILL: tests/end_to_end/test_resume.py."""
+
+import json
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+import kitm  # noqa: F401
+from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
+from kitm.training.fault_tolerance import ResumableBackupAndRestore, backup_save_freq
+
+
+def _tiny_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(20, 3)).astype("float32"), rng.normal(size=(20, 2)).astype("float32")
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Raises after a given global step: a run stopped between two backups."""
+
+    def __init__(self, after_step):
+        super().__init__()
+        self.after_step = after_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.after_step:
+            raise RuntimeError("interrupted")
+
+
+class _PoisonWeights(keras.callbacks.Callback):
+    """Turns a kernel to NaN at the start of an epoch, so that epoch's loss is NaN."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            kernel = self.model.layers[0].kernel
+            kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+
+
+def test_resumed_fit_runs_only_the_rest_of_the_interrupted_epoch(tmp_path):
+    x, y = _data()  # batch 4: 5 steps per epoch, 3 epochs = 15 steps
+    model = _tiny_model()
+    backup = ResumableBackupAndRestore(tmp_path / "backup", steps_per_epoch=5, save_freq=backup_save_freq(3))
+    with pytest.raises(RuntimeError, match="interrupted"):
+        model.fit(x, y, batch_size=4, epochs=3, callbacks=[backup, _Interrupt(after_step=8)], verbose=0)
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["step"] == 6  # backups after steps 3 and 6; the run died at step 8
+
+    model = _tiny_model()  # a new process: fresh weights, restored by the callback
+    backup = ResumableBackupAndRestore(tmp_path / "backup", steps_per_epoch=5, save_freq=backup_save_freq(3))
+    history = model.fit(x, y, batch_size=4, epochs=3, callbacks=[backup], verbose=0)
+    assert backup.restored_step == 6
+    assert int(model.optimizer.iterations.numpy()) == 15  # 6 + 4 (rest of epoch 2) + 5, not 6 + 5 + 5
+    assert len(history.history["loss"]) == 2  # epochs 2 (partial) and 3
+    assert not (tmp_path / "backup").exists()  # removed at the end of a completed fit
+
+
+def test_a_backup_kept_after_training_resumes_with_no_step_left(tmp_path):
+    # The launcher keeps the backup until evaluation and export are written: a run killed in between
+    # trains no further when started again.
+    x, y = _data()
+    model = _tiny_model()
+    backup = ResumableBackupAndRestore(tmp_path / "backup", steps_per_epoch=5, delete_checkpoint=False)
+    model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    trained = model.layers[0].kernel.numpy()
+    model = _tiny_model()
+    backup = ResumableBackupAndRestore(tmp_path / "backup", steps_per_epoch=5, delete_checkpoint=False)
+    history = model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    assert backup.restored_step == 10 and history.history == {}
+    assert int(model.optimizer.iterations.numpy()) == 10
+    np.testing.assert_array_equal(model.layers[0].kernel.numpy(), trained)
+
+
+def test_nan_epoch_is_neither_checkpointed_nor_backed_up(tmp_path):
+    x, y = _data()
+    model = _tiny_model()
+    checkpoint = AtomicWeightsCheckpoint(tmp_path / "last.weights.h5")
+    backup = ResumableBackupAndRestore(tmp_path / "backup", steps_per_epoch=5, save_freq=backup_save_freq(1),
+                                       delete_checkpoint=False)
+    with pytest.warns(RuntimeWarning, match="keeps the last good weights"):
+        model.fit(x, y, batch_size=4, epochs=3, verbose=0,
+                  callbacks=[keras.callbacks.TerminateOnNaN(), _PoisonWeights(epoch=1), backup, checkpoint])
+    assert np.isnan(model.layers[0].kernel.numpy()).all()  # the model itself is ruined...
+    assert checkpoint.skipped_epochs == [1]
+    for path in (tmp_path / "last.weights.h5", tmp_path / "backup" / "latest.weights.h5"):
+        with h5py.File(path) as saved:  # ...but the files hold the last good, finite weights of epoch 1
+            kernel = saved["layers/dense/vars/0"][()]
+            assert np.isfinite(kernel).all()
+            assert int(saved["optimizer/vars/0"][()]) == 5
+    assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["step"] == 5
+    assert not list(tmp_path.glob("*partial*")) and not list((tmp_path / "backup").glob("*partial*"))
+
+
+def test_backup_frequency_flag_values():
+    assert backup_save_freq(0) == "epoch" and backup_save_freq(7) == 7
+    with pytest.raises(ValueError, match="integer >= 0"):
+        backup_save_freq(-1)
+
+
