@@ -428,13 +428,13 @@ def test_gradients_are_finite_and_move(name, kind):
 # 4. Replicas: MirroredStrategy on 2 logical CPUs, in a fresh process
 # ------------------------------------------------------------------------------------------------
 
-CENTRE_LOSSES = ("semantic_centers", "quantized_centers")
-CENTRE_CHECK = "all-reduced centre gradient = global-batch centre gradient"
+CENTER_LOSSES = ("semantic_centers", "quantized_centers")
+CENTER_CHECK = "all-reduced centre gradient = global-batch centre gradient"
 # Checks that kitm fails today: (case, check) -> why. Each is asserted to still fail (strict xfail), so that a fix
 # shows up here and its entry is removed.
 KNOWN_VIOLATIONS: dict = {}  # (case, check) -> why; each a strict xfail until the loss is fixed
 # Losses with a term computed once per batch rather than per row: each replica charges 1/R of it, so that the
-# replicas together weigh it as one device on the global batch (CENTRE_CHECK), and a replica's value and centre
+# replicas together weigh it as one device on the global batch (CENTER_CHECK), and a replica's value and centre
 # gradient are therefore not those of one device on the replica's own rows.
 BATCH_LEVEL_TERMS = {"quantized_centers": ("replica values = one-device values / R",
                                            "all-reduced centre gradient = mean of one-device gradients")}
@@ -496,25 +496,25 @@ def replica_report() -> dict:
             got = [g.numpy().tolist() for g in strategy.experimental_local_results(embedding_grads[i])]
             want = [(e[1][i] / REPLICAS).tolist() for e in expected[name]]
             checks[f"replica {what} gradients = one-device gradients / R"] = [got, want]
-        centre = next((j for j, v in enumerate(getattr(distributed[name], "trainable_variables", []))
+        center = next((j for j, v in enumerate(getattr(distributed[name], "trainable_variables", []))
                        if v is getattr(distributed[name], "centers", None)), None)
         for j, g in enumerate(summed[name]):
             want = sum(e[1][2 + j] for e in expected[name]) / REPLICAS
-            label = "centre gradient" if j == centre else f"gradient of loss variable {j}"
+            label = "centre gradient" if j == center else f"gradient of loss variable {j}"
             checks[f"all-reduced {label} = mean of one-device gradients"] = [g.numpy().tolist(), want.tolist()]
         if CASES[name].separable:
             y_true = {"image_index": np.concatenate([local[r][0]["image_index"] for r in range(REPLICAS)])}
             y_pred = {key: np.concatenate([local[r][1][key] for r in range(REPLICAS)]) for key in ("image", "text")}
             global_value, global_grads = one_device(name, y_true, y_pred)
             checks["sum of replica values = global-batch value / R"] = [sum(values), global_value / REPLICAS]
-        if name in CENTRE_LOSSES:
+        if name in CENTER_LOSSES:
             # kitm.losses.centers, "Centre learning rate": the centre step is lr * the gradient of the batch-mean
             # loss, "whatever the batch size or the number of replicas".
             y_true = {"image_index": np.concatenate([local[r][0]["image_index"] for r in range(REPLICAS)])}
             y_pred = {key: np.concatenate([local[r][1][key] for r in range(REPLICAS)]) for key in ("image", "text")}
             _, global_grads = one_device(name, y_true, y_pred)
             j = next(j for j, v in enumerate(distributed[name].trainable_variables) if v is distributed[name].centers)
-            checks[CENTRE_CHECK] = [summed[name][j].numpy().tolist(), global_grads[2 + j].tolist()]
+            checks[CENTER_CHECK] = [summed[name][j].numpy().tolist(), global_grads[2 + j].tolist()]
         report[name] = checks
     return report
 
@@ -526,8 +526,8 @@ REPLICA_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(sys.argv[2]))
     sys.path.insert(0, sys.argv[1])
-    import test_loss_contract
-    print("REPORT " + json.dumps(test_loss_contract.replica_report()))
+    import test_contract
+    print("REPORT " + json.dumps(test_contract.replica_report()))
 """)
 
 
@@ -551,7 +551,7 @@ def test_replicas_compute_what_scale_for_replicas_promises(name, replica_results
     assert checks, name
     local_only = BATCH_LEVEL_TERMS.get(name, ())
     if local_only:
-        assert CENTRE_CHECK in checks and set(local_only) <= set(checks), name
+        assert CENTER_CHECK in checks and set(local_only) <= set(checks), name
     for what, (got, expected) in checks.items():
         if (name, what) not in KNOWN_VIOLATIONS and what not in local_only:
             _close(got, expected, f"{name}: {what}")
