@@ -2,9 +2,12 @@
 
 `save_tiny_preset(directory, "clip")` builds a CLIP (or SigLIP, or BERT) configuration of a few thousand weights,
 with a tokenizer whose vocabulary covers `words` (whole words plus every letter, so any caption tokenizes) and the
-family's image converter, and writes them with keras-hub's `save_to_preset`. The directory is then a preset like a
-downloaded one: `--joint_preset=<directory>`, `--image_preset=<directory>`, `--text_preset=<directory>` run with no
-network. The weights are random: it exercises the machinery, not the pretrained joint space.
+family's image converter, and writes them with keras-hub's `save_to_preset`. The image-only families (vit, dinov2,
+resnet) get a backbone and the family's image converter, no tokenizer; their image size is `image_size` (ViT,
+DINOv2: fixed patch grid and position embeddings) or free (ResNet, like keras-hub's ResNet presets: any size).
+The directory is then a preset like a downloaded one: `--joint_preset=<directory>`, `--image_preset=<directory>`,
+`--text_preset=<directory>` run with no network. The weights are random: it exercises the machinery, not the
+pretrained joint space.
 """
 
 from __future__ import annotations
@@ -78,8 +81,9 @@ def _image_converter(family: str, image_size: int):
     import keras_hub
 
     mean, std = FAMILY_NORMALIZATION[family]
-    cls = {"clip": keras_hub.layers.CLIPImageConverter, "siglip": keras_hub.layers.SigLIPImageConverter}.get(
-        family, keras_hub.layers.ImageConverter)
+    cls = {"clip": keras_hub.layers.CLIPImageConverter, "siglip": keras_hub.layers.SigLIPImageConverter,
+           "vit": keras_hub.layers.ViTImageConverter, "dinov2": keras_hub.layers.DINOV2ImageConverter,
+           "resnet": keras_hub.layers.ResNetImageConverter}[family]
     return cls(image_size=(image_size, image_size), scale=[1.0 / (255.0 * s) for s in std],
                offset=[-m / s for m, s in zip(mean, std)])
 
@@ -87,7 +91,9 @@ def _image_converter(family: str, image_size: int):
 def save_tiny_preset(directory, family: str = "clip", *, image_size: int = 32, patch_size: int = 8,
                      hidden_dim: int = 16, num_layers: int = 1, num_heads: int = 2, projection_dim: int = 16,
                      max_sequence_length: int = 32, words=DEFAULT_WORDS, seed: int = 0) -> str:
-    """Write a tiny random-weight preset of `family` (clip, siglip or bert) into `directory`; returns its path."""
+    """Write a tiny random-weight preset of `family` (clip, siglip, bert, vit, dinov2 or resnet) into `directory`;
+    returns its path. ResNet ignores the transformer sizes: one basic block of 64 filters (keras-hub requires the
+    first stack's 64) after a 64-filter stem, so its feature is 64 wide."""
     import keras
     import keras_hub
 
@@ -120,10 +126,27 @@ def save_tiny_preset(directory, family: str = "clip", *, image_size: int = 32, p
         backbone = keras_hub.models.BertBackbone(
             vocabulary_size=tokenizer.vocabulary_size(), num_layers=num_layers, num_heads=num_heads,
             hidden_dim=hidden_dim, intermediate_dim=intermediate, max_sequence_length=max_sequence_length)
+    elif family == "vit":
+        tokenizer = None
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(image_size, image_size, 3), patch_size=patch_size, num_layers=num_layers,
+            num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=intermediate)
+    elif family == "dinov2":
+        tokenizer = None
+        backbone = keras_hub.models.DINOV2Backbone(
+            patch_size=patch_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+            intermediate_dim=intermediate, image_shape=(image_size, image_size, 3),
+            position_embedding_shape=(image_size, image_size, 3))
+    elif family == "resnet":
+        tokenizer = None
+        backbone = keras_hub.models.ResNetBackbone(
+            input_conv_filters=[64], input_conv_kernel_sizes=[3], stackwise_num_filters=[64],
+            stackwise_num_blocks=[1], stackwise_num_strides=[1], block_type="basic_block")
     else:
-        raise ValueError(f"family must be clip, siglip or bert; got {family!r}.")
+        raise ValueError(f"family must be clip, siglip, bert, vit, dinov2 or resnet; got {family!r}.")
     backbone.save_to_preset(str(directory))
-    tokenizer.save_to_preset(str(directory))
+    if tokenizer is not None:
+        tokenizer.save_to_preset(str(directory))
     if family != "bert":
         _image_converter(family, image_size).save_to_preset(str(directory))
     return str(directory)

@@ -105,3 +105,110 @@ def test_an_unknown_or_offline_handle_names_the_preset_and_the_local_directory_w
 def test_a_directory_that_is_not_a_preset_is_named(tmp_path):
     with pytest.raises(KitmConfigError, match="has no config.json"):
         hub_presets.load_backbone(str(tmp_path), "joint_preset")
+
+
+# The image-only families (issue 13): ViT, DINOv2, ResNet towers from tiny local presets.
+_DOCUMENTED = {  # (mean, std) on [0, 1] pixels: keras-hub's ViT presets map to [-1, 1]; DINOv2 / ResNet: ImageNet
+    "vit": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "dinov2": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "resnet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+_WIDTH = {"vit": 16, "dinov2": 16, "resnet": 64}
+
+
+@pytest.fixture(scope="module")
+def image_presets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("image_presets")
+    return {family: save_tiny_preset(root / family, family) for family in _DOCUMENTED}
+
+
+@pytest.mark.parametrize("family", sorted(_DOCUMENTED))
+def test_an_image_only_tower_normalizes_like_keras_hub_and_pools_by_family(image_presets, family):
+    import keras_hub
+
+    preset = image_presets[family]
+    backbone = hub_presets.load_backbone(preset, "image_preset")
+    assert hub_presets.family_of(backbone, preset, "image_preset", hub_presets.IMAGE_FAMILIES) == family
+    scale, offset, size = hub_presets.image_normalization(preset, family)
+    mean, std = _DOCUMENTED[family]
+    assert hub_presets.FAMILY_NORMALIZATION[family] == (mean, std)
+    np.testing.assert_allclose(scale, [1 / s for s in std], rtol=1e-6)
+    np.testing.assert_allclose(offset, [-m / s for m, s in zip(mean, std)], rtol=1e-6)
+    assert size == (32, 32)
+    # keras-hub's own image converter of the preset (its family's class, on [0, 255] pixels) feeds the backbone the
+    # same pixels as the tower's in-layer normalisation of [0, 1] images.
+    converter = keras_hub.layers.ImageConverter.from_preset(preset)
+    assert type(converter).__name__ == {"vit": "ViTImageConverter", "dinov2": "DINOV2ImageConverter",
+                                        "resnet": "ResNetImageConverter"}[family]
+    images = tf.random.uniform([3, 32, 32, 3], seed=5)
+    pixels = converter(images * 255.0)
+    np.testing.assert_allclose(pixels.numpy(), (images * tf.constant(scale) + tf.constant(offset)).numpy(),
+                               atol=1e-5)
+    np.testing.assert_allclose(pixels.numpy(), ((images - tf.constant(mean)) / tf.constant(std)).numpy(), atol=1e-5)
+
+    tower = HubImageTower(backbone, family, scale, offset)
+    features = tower(images)
+    assert tuple(features.shape) == (3, _WIDTH[family])
+    raw = backbone({"images": pixels} if family == "dinov2" else pixels).numpy()
+    if family == "resnet":  # [B, h, w, C] feature map -> its global average
+        assert raw.ndim == 4
+        expected = raw.mean(axis=(1, 2))
+    else:  # [B, 1 + patches, W] -> the class token
+        assert raw.shape == (3, 1 + (32 // 8) ** 2, 16)
+        expected = raw[:, 0, :]
+    np.testing.assert_allclose(features.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(tf.function(tower)(images).numpy(), expected, atol=1e-5)  # traced, as fit runs it
+    if family == "resnet":  # no fixed size: any image_size is accepted
+        check_image_size(tower, 64, preset, "image_preset")
+    else:
+        with pytest.raises(KitmConfigError, match="set image_size=32"):
+            check_image_size(tower, 64, preset, "image_preset")
+
+
+def test_a_preset_without_an_image_converter_takes_the_family_constants(image_presets, tmp_path):
+    import shutil
+
+    preset = shutil.copytree(image_presets["dinov2"], tmp_path / "dinov2_no_converter")
+    (preset / "image_converter.json").unlink()
+    scale, offset, size = hub_presets.image_normalization(str(preset), "dinov2")
+    mean, std = _DOCUMENTED["dinov2"]
+    np.testing.assert_allclose(scale, [1 / s for s in std], rtol=1e-6)
+    np.testing.assert_allclose(offset, [-m / s for m, s in zip(mean, std)], rtol=1e-6)
+    assert size is None
+
+
+@pytest.mark.parametrize("family, text", [("vit", "gru"), ("dinov2", "bert"), ("resnet", "gru")])
+def test_a_dual_encoder_with_an_image_only_hub_tower_trains_a_step(image_presets, presets, family, text):
+    import keras
+
+    from kitm.experiment import encoders, experiment_config
+    from kitm.experiment.objectives import build_objective
+    from kitm.models import DualEncoder
+
+    settings = {"image_encoder": "hub", "image_preset": image_presets[family], "image_size": 32, "word_dim": 8,
+                "text_units": 8, "embedding_dim": 8, "max_violation": False}
+    if text == "bert":
+        settings.update(text_encoder="hub", text_preset=presets["bert"])
+    config = encoders.resolve_hub_settings(experiment_config("synthetic", **settings))
+    keras.utils.set_random_seed(0)
+    image_tower = encoders.build_image_encoder(config)
+    assert isinstance(image_tower, HubImageTower) and image_tower.family == family
+    captions = tf.constant(["a red circle", "two shapes", "the blue square", "a small triangle"])
+    if text == "bert":
+        tokenizer = encoders.build_hub_tokenizer(config)
+        text_tower = encoders.build_text_encoder(config, 0, "hub")
+        tokens = tokenizer(captions)
+    else:
+        text_tower = encoders.build_text_encoder(config, 20)
+        tokens = tf.random.uniform([4, 6], 1, 20, dtype=tf.int32, seed=2)
+    model = DualEncoder(image_tower, text_tower, 8)
+    x = {"image": tf.random.uniform([4, 32, 32, 3], seed=1), "tokens": tokens}
+    model(x)
+    before = [np.array(w) for w in image_tower.trainable_weights]
+    losses, weights = build_objective(config, steps_per_epoch=1)
+    # Eagerly: tracing the train step costs ~8 s a model on busy CI cores; the tower's traced call is checked above.
+    model.compile(keras.optimizers.Adam(1e-2), losses=losses, loss_weights=weights, run_eagerly=True)
+    y = {"image_index": tf.range(4), "caption_index": tf.range(4)}
+    history = model.fit(tf.data.Dataset.from_tensors((x, y)), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    assert any(not np.array_equal(a, np.array(b)) for a, b in zip(before, image_tower.trainable_weights))
