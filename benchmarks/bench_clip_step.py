@@ -40,13 +40,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import types
 
 import _sidebyside as side
 import numpy as np
 
-FULL = dict(name="ViT-B-32-quickgelu", batch=32)
+FULL = {"name": "ViT-B-32-quickgelu", "batch": 32}
 # Tiny CLIP for the smoke test: the same structure, 32 px images, 2 layers of width 32, 16 tokens (the real vocabulary,
 # so the same tokenizers serve both modes).
 QUICK_CONFIG = {"embed_dim": 16, "quick_gelu": True,
@@ -109,7 +108,7 @@ def import_open_clip(path: str):
     note = "real torchvision"
     try:
         import torchvision  # noqa: F401
-    except Exception as error:  # absent, or the CUDA build whose _C fails to load
+    except Exception as error:  # noqa: BLE001 - absent, or the CUDA build whose _C fails to load
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
             del sys.modules[name]
         try:  # open_clip imports transformers, which probes for torchvision at import time: let it see none
@@ -148,7 +147,8 @@ def clip_tokenizer(open_clip):
     import keras_hub
     from open_clip.tokenizer import bytes_to_unicode, default_bpe
 
-    merges = gzip.open(default_bpe()).read().decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
+    with gzip.open(default_bpe()) as file:
+        merges = file.read().decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
     byte_tokens = list(bytes_to_unicode().values())
     tokens = byte_tokens + [t + "</w>" for t in byte_tokens] + ["".join(m.split()) for m in merges]
     tokens += ["<|startoftext|>", "<|endoftext|>"]
@@ -414,7 +414,7 @@ def throughput(model, config, peer, open_clip, batch, args):
     def kitm_text():
         encode_text(captions=caption_tensor)["embeddings"].numpy()
 
-    kw = dict(repeats=args.repeats, warmup=args.warmup)
+    kw = {"repeats": args.repeats, "warmup": args.warmup}
     return [throughput_rows("encode_image raw (JPEG bytes; peer: PIL decode+resize+normalise)", kitm_image,
                             peer_image_raw, batch, **kw),
             throughput_rows("encode_image tensors (peer: model only, ready tensors)", kitm_image, peer_image_ready,
