@@ -18,6 +18,7 @@ SCRIPTS = ("bench_vsepp_step.py", "bench_sam_step.py", "bench_input_pipeline.py"
 
 
 @pytest.mark.slow
+@pytest.mark.benchmark
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_benchmark_runs_in_quick_mode(script, tmp_path):
     pytest.importorskip("torch")
