@@ -5,10 +5,7 @@ build resuming, and the relevance rows."""
 
 import csv
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +19,6 @@ from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic_records import encode_png
 from kitm.errors import KitmDataError
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "pink", "brown"]
 
 
@@ -317,19 +313,7 @@ def test_an_image_that_does_not_decode_is_named_by_its_row(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # Resuming, and the relevance rows.
 
-_KILLING_BUILD = """
-import os, signal, sys
-import kitm.data.converter_common as common
-real, calls = common.make_example, [0]
-def make_example(**kwargs):
-    calls[0] += 1
-    if calls[0] == int(os.environ["KILL_AT_RECORD"]):
-        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no exception handlers: as a killed job
-    return real(**kwargs)
-common.make_example = make_example
-from kitm.data.build import main
-sys.exit(main(sys.argv[1:]))
-"""
+
 
 
 def _examples(root):
@@ -337,26 +321,21 @@ def _examples(root):
             for path in sorted(pathlib.Path(root).glob("*.tfrecord"))}
 
 
-def _state(root):
-    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
-
 
 @pytest.mark.slow
-def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path):
+def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path, killed_build, shard_state):
     table = _table(tmp_path, [2] * 14)
     flags = ["--dataset=captions_table", f"--captions={table}", "--val_images=1", "--test_images=1",
              "--num_shards=4", "--relevance=cider", "--quiet"]
     root = tmp_path / "killed" / "mine"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KILL_AT_RECORD": "8", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", _KILLING_BUILD, *flags, f"--out={root}"], env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = killed_build([*flags, f"--out={root}"], kill_at=8)
     assert result.returncode == -9, result.stderr[-2000:]
     # Train holds 12 images in 4 shards of 3: shards 0 and 1 were finished, shard 2 died at its second record.
     assert not (root / schema.INFO_FILE).exists()
-    assert sorted(_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
-    before = _state(root)
+    assert sorted(shard_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
+    before = shard_state(root)
     assert main([*flags, f"--out={root}"]) == 0
-    after = _state(root)
+    after = shard_state(root)
     assert all(after[name] == state for name, state in before.items())  # finished shards were not rewritten
     assert not list(root.glob("*.tmp"))
     clean = tmp_path / "clean" / "mine"

@@ -2,10 +2,7 @@
 COCO caption files, VSE++ / SCAN precomputed features; relevance rows, resuming a killed build, and bad input."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -132,47 +129,30 @@ def test_captions_only_dataset_serves_evaluation_but_not_training(flickr8k_capti
 # ---------------------------------------------------------------------------------------------------------------
 # Resuming: a build killed mid-shard (a real SIGKILL in a subprocess), then a deleted shard.
 
-_KILLING_BUILD = """
-import os, signal, sys
-import kitm.data.converter_common as common
-real, calls = common.make_example, [0]
-def make_example(**kwargs):
-    calls[0] += 1
-    if calls[0] == int(os.environ["KILL_AT_RECORD"]):
-        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no exception handlers: as a killed job
-    return real(**kwargs)
-common.make_example = make_example
-from kitm.data.build import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
-def _state(root):
-    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
 
 
-def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir, repo_root):
+def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir, killed_build, shard_state):
     flags = ["--dataset=flickr8k", f"--flickr8k_dir={shared_dir / 'data' / 'flickr8k'}", "--limit=12",
              "--num_shards=4", "--relevance=cider", "--quiet"]
     root = tmp_path / "killed" / "f8k"
-    env = {**os.environ, "PYTHONPATH": str(repo_root), "KILL_AT_RECORD": "8", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", _KILLING_BUILD, *flags, f"--out={root}"], env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = killed_build([*flags, f"--out={root}"], kill_at=8)
     assert result.returncode == -9, result.stderr[-2000:]
     # Train holds 12 images in 4 shards of 3: shards 0 and 1 were finished, shard 2 died at its second record.
     assert not (root / schema.INFO_FILE).exists()
-    assert sorted(_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
+    assert sorted(shard_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
     assert (root / "train-00002-of-00004.tfrecord.tmp").exists()
-    for name in _state(root):
+    for name in shard_state(root):
         assert sum(1 for _ in tf.data.TFRecordDataset(str(root / name))) == 3  # whole shards only
-    before = _state(root)
+    before = shard_state(root)
 
     with pytest.raises(KitmDataError, match=r"other parameters \(limit: before 12, now 11\).*fresh --out.*same "
                                             r"flags"):
         build_flickr8k(root, shared_dir / "data" / "flickr8k", limit=11, num_shards=4, relevance=("cider",),
                        progress=False)
     assert main([*flags, f"--out={root}"]) == 0
-    after = _state(root)
+    after = shard_state(root)
     assert all(after[name] == state for name, state in before.items())  # finished shards were not rewritten
     assert not list(root.glob("*.tmp"))
 
@@ -185,7 +165,7 @@ def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared
     (root / schema.INFO_FILE).unlink()
     (root / "val-00000-of-00001.tfrecord").unlink()
     assert main([*flags, f"--out={root}"]) == 0
-    again = _state(root)
+    again = shard_state(root)
     assert all(again[name] == state for name, state in after.items() if name != "val-00000-of-00001.tfrecord")
     assert _examples(root) == _examples(clean)
     assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
