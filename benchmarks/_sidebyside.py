@@ -60,6 +60,14 @@ class Comparison:
                 f"(spread {min(r):.2f}-{max(r):.2f} over {len(r)} pairs)")
 
 
+def print_summary(results, note: str = "") -> None:
+    """The closing lines every side-by-side script prints: the load after, then each comparison's summary."""
+    print("after: " + load_average())
+    print(f"summary (kitm/peer, median of pairs{note}):")
+    for result in results:
+        print("  " + result.summary())
+
+
 def interleaved(label: str, kitm_fn, peer_fn, *, repeats: int, per_block: int = 1, warmup: int = 2,
                 unit: str = "ms", verbose: bool = True) -> Comparison:
     """Seconds per call of each side, `repeats` pairs of `per_block` calls each, after `warmup` calls of each."""

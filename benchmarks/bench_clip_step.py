@@ -308,10 +308,7 @@ def main() -> None:
     if not args.skip_throughput:
         rates = throughput(model, config, peer, open_clip, encode_batch, args)
         results += [r[0] for r in rates]
-    print("after: " + side.load_average())
-    print("summary (kitm/peer, median of pairs; below 1: kitm faster):")
-    for result in results:
-        print("  " + result.summary())
+    side.print_summary(results, note="; below 1: kitm faster")
     for comparison, kitm_rate, peer_rate in rates:
         print(f"  {comparison.label}: kitm {kitm_rate:.1f}/s, peer {peer_rate:.1f}/s")
 

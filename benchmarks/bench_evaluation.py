@@ -156,10 +156,7 @@ def main() -> None:
     warm = {key: values[-args.repeats:] for key, values in timings.items()}  # the warm-up calls left out
     embed = side.Comparison("embedding alone", warm["kitm embed"], warm["peer embed"])
     metrics = side.Comparison("metrics alone", warm["kitm metrics"], warm["peer metrics"])
-    print("after: " + side.load_average())
-    print("summary (kitm/peer, median of pairs):")
-    for result in (comparison, embed, metrics):
-        print("  " + result.summary())
+    side.print_summary((comparison, embed, metrics))
 
 
 if __name__ == "__main__":

@@ -307,10 +307,7 @@ def main() -> None:
     print("step + relevance (the reference's real step)", flush=True)
     results.append(side.interleaved("step+relevance", kitm_step_with_relevance, peer_step_with_cider,
                                     repeats=repeats, per_block=steps))
-    print("after: " + side.load_average())
-    print("summary (kitm/peer, median of pairs):")
-    for result in results:
-        print("  " + result.summary())
+    side.print_summary(results)
 
 
 if __name__ == "__main__":

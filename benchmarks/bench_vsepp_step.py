@@ -71,10 +71,7 @@ def main() -> None:
         label = f"kitm[{row}: jit_compile={variant['jit_compile']}, caption width {width}] vs VSE++ reference"
         print(label, flush=True)
         results.append(side.interleaved(row, kitm_step, peer_step, repeats=repeats, per_block=steps))
-    print("after: " + side.load_average())
-    print("summary (kitm/peer, median of pairs):")
-    for result in results:
-        print("  " + result.summary())
+    side.print_summary(results)
 
 
 if __name__ == "__main__":
