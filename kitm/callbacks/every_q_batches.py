@@ -98,7 +98,9 @@ class EveryQBatchesCallback(keras.callbacks.Callback):
         """Raise if `loss` cannot be driven (found or given)."""
 
     def update(self) -> dict:
-        raise NotImplementedError
+        """Act on the statistics of the last q batches; returns the update's record (each subclass defines it:
+        AdaptiveMarginCallback's Eq. 13, LadderReclusterCallback's re-clustering)."""
+        raise NotImplementedError(f"{type(self).__name__} derives from EveryQBatchesCallback without an update().")
 
     def reset_window(self) -> None:
         """Forget the statistics gathered so far (at the start of training)."""
