@@ -169,6 +169,9 @@ flags.DEFINE_enum("center_triplet_sampling", _default("center_triplet_sampling")
                   ["random", "hardest", "easiest", "all"],
                   "--loss=centers: the triplet's negatives: one random in-batch negative per anchor (the paper), the "
                   "hardest, the easiest, or all (the sum over the batch's negatives).")
+flags.DEFINE_list("center_term_weights", _default("center_term_weights"),
+                  "--loss=centers: weights of its three terms, the triplet, the centre loss (per-image in phase 1, "
+                  "quantized in phases 2-3) and the image-index cross-entropy (the paper: 1,1,1).")
 flags.DEFINE_float("margin_max", _default("margin_max"),
                    "--loss=centers, phase 3: cap of the adaptive margins.", lower_bound=0.0)
 flags.DEFINE_float("logit_scale_init", _default("logit_scale_init"),
@@ -266,7 +269,7 @@ class LaunchError(KitmConfigError):
 # List flags and the type of their items.
 _LIST_ITEM_TYPES = {"loss": str, "loss_weights": float, "ladder_thresholds": float, "ladder_margins": float,
                     "ladder_betas": float, "ladder_level_bounds": lambda text: int(float(text)),
-                    "center_phase_epochs": int}
+                    "center_phase_epochs": int, "center_term_weights": float}
 
 
 def _setting(name: str):

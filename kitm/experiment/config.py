@@ -91,6 +91,7 @@ class ObjectiveConfig:
     num_quantized_centers: int = 1000
     margin_update_every: int = 500
     center_triplet_sampling: str = "random"
+    center_term_weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # triplet, centre, image-index CE (the paper: 1 each)
     margin_max: float = 1.0
     # Contrastive losses (kitm.losses.contrastive): infonce and graded_infonce share the first two, siglip has its own.
     logit_scale_init: float = 1.0 / 0.07  # exp(t) at the start (CLIP: 1/0.07)

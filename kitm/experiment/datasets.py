@@ -70,7 +70,7 @@ DATASET_PRESETS = {
 }
 # Only the centers objective reads these: not worth a line of another run's output.
 CENTER_PHASE_SETTINGS = ("center_phase_epochs", "center_phase2_learning_rate", "center_phase3_learning_rate",
-                         "num_quantized_centers", "margin_update_every")
+                         "num_quantized_centers", "margin_update_every", "center_term_weights")
 
 
 def preset_settings(config: ExperimentConfig) -> dict:

@@ -224,7 +224,7 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
 CENTER_PHASE_FIELD_SETTINGS = {"phase_epochs": "center_phase_epochs", "learning_rates": "learning_rate",
                          "centers_learning_rate": "center_learning_rate", "delta": "center_delta",
                          "loss_weight": "loss_weights",
-                         "triplet_sampling": "center_triplet_sampling"}
+                         "triplet_sampling": "center_triplet_sampling", "term_weights": "center_term_weights"}
 
 
 def center_phase_config(config: ExperimentConfig, num_train_images: int, data_dir=None):
@@ -251,7 +251,8 @@ def center_phase_config(config: ExperimentConfig, num_train_images: int, data_di
             lr_decay_factor=t.lr_decay_factor, grad_clip_norm=t.grad_clip_norm or None, delta=o.center_delta,
             num_quantized_centers=o.num_quantized_centers, margin=o.margin,
             margin_update_every=o.margin_update_every, margin_max=o.margin_max,
-            loss_weight=(o.loss_weights or (1.0,))[0], seed=t.seed, triplet_sampling=o.center_triplet_sampling)
+            loss_weight=(o.loss_weights or (1.0,))[0], seed=t.seed, triplet_sampling=o.center_triplet_sampling,
+            term_weights=tuple(o.center_term_weights))
     except KitmError as error:
         message = rename_options(error.args[0], CENTER_PHASE_FIELD_SETTINGS)
         raise KitmConfigError(f"{option('loss')}=centers: {message}") from error

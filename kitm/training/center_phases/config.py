@@ -22,7 +22,9 @@ class CenterPhaseConfig:
     decay within each phase (0: none). grad_clip_norm: the model optimizer's global clip (None: off).
     delta: the centre hinge radius. num_quantized_centers: N_q. margin: initial m_x = m_y.
     margin_update_every (q), margin_share_threshold (r), margin_multiplier (c), margin_max: Eq. 13.
-    loss_weight: one weight for every term (the paper: 1). seed: negatives' sampler and k-means.
+    loss_weight: one weight for every term (the paper: 1). term_weights: the weights of the triplet, the centre
+    loss (per-image or quantized) and the image-index cross-entropy, multiplied by loss_weight (the paper: 1 each).
+    seed: negatives' sampler and k-means.
     triplet_sampling: the triplet's negatives, "random" (the paper, Sec. 4.1: one random in-batch negative per
     anchor), "hardest", "easiest" or "all" (the sum over the batch's negatives; AdaptiveMarginTripletLoss).
     """
@@ -43,6 +45,7 @@ class CenterPhaseConfig:
     loss_weight: float = 1.0
     seed: int = 0
     triplet_sampling: str = "random"
+    term_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
     def __post_init__(self):
         # Errors name the fields with kitm.errors.option, so that kitm.experiment can show them under the settings
@@ -72,6 +75,11 @@ class CenterPhaseConfig:
         if not self.margin_max >= self.margin or not self.margin_max > 0:
             raise KitmConfigError(f"{option('margin_max')} ({self.margin_max}) must be > 0 and >= the initial "
                                   f"{option('margin')} ({self.margin}).")
+        weights = tuple(self.term_weights)
+        if len(weights) != 3 or not all(float(w) >= 0 for w in weights) or not any(float(w) > 0 for w in weights):
+            raise KitmConfigError(f"{option('term_weights')}={','.join(map(str, weights))}: give three weights >= 0 "
+                                  "(triplet, centre loss, image-index cross-entropy), not all 0.")
+        object.__setattr__(self, "term_weights", tuple(float(w) for w in weights))
         if self.triplet_sampling not in SAMPLINGS:
             raise KitmConfigError(f"{option('triplet_sampling')} must be one of {SAMPLINGS}; got "
                                   f"{self.triplet_sampling!r}.")

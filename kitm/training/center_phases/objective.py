@@ -37,3 +37,9 @@ class CenterObjective:
         # total stay comparable on TensorBoard across phases.
         center = self.centers if phase == 1 else self.quantized
         return {"triplet": self.triplet, center.name: center, "index_ce": self.index_ce}
+
+    def phase_weights(self, phase: int) -> dict:
+        """The weight of each of `phase_losses(phase)`: `loss_weight` times the term's entry of `term_weights`."""
+        triplet, center, index_ce = (self.config.loss_weight * w for w in self.config.term_weights)
+        center_name = self.centers.name if phase == 1 else self.quantized.name
+        return {"triplet": triplet, center_name: center, "index_ce": index_ce}

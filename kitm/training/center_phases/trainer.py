@@ -164,7 +164,7 @@ class CenterPhaseTrainer:
             losses = objective.phase_losses(phase)
             # Recompile: freezing and new optimizers take effect in a newly traced training step.
             model.compile(model_optimizer, losses=losses,
-                          loss_weights={name: self.config.loss_weight for name in losses}, monitors=self.monitors)
+                          loss_weights=self.objective.phase_weights(phase), monitors=self.monitors)
 
     def _initialize_quantizer(self) -> dict:
         """k-means of the unquantized centres -> the quantized centres (paper Sec. 4.1); saved for inspection."""
