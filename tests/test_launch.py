@@ -157,12 +157,14 @@ def test_synthetic_defaults_avoid_the_collapsing_configurations():
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}",
                "--dataset=synthetic"])
         config = objectives.center_phase_config(launch.experiment_config(), 2100)
-        assert config.phase_epochs == (6, 3, 3) and config.learning_rates == (2e-3, 2e-4, 2e-4)
+        assert config.phase_epochs == (9, 1, 3) and config.learning_rates == (2e-3, 2e-4, 2e-4)
+        assert config.triplet_sampling == "all"
         assert (config.num_quantized_centers, config.margin_update_every) == (50, 50)
         # On photos the paper's schedule (the flag defaults, also the photo defaults).
         FLAGS.unparse_flags()
         FLAGS(["kitm.launch", f"--flagfile={pathlib.Path(__file__).parents[1] / 'launch' / 'centers.flags'}"])
         config = objectives.center_phase_config(launch.experiment_config(), 113287)
         assert config.phase_epochs == (30, 15, 10) and config.learning_rates == (2e-4, 2e-5, 2e-5)
+        assert config.triplet_sampling == "random" and config.term_weights == (1.0, 1.0, 1.0)
     finally:
         FLAGS.unparse_flags()

@@ -38,7 +38,7 @@ import tensorflow as tf
 from kitm.data import schema
 from kitm.data.records import parse_record, read_records
 from kitm.errors import KitmDataError
-from kitm.ops.images import decode_image, eval_crops, eval_image
+from kitm.ops.images import decode_pixels, eval_crops, eval_image, to_unit_float
 from kitm.relevance.batch import batch_cider, batch_sentence_relevance
 from kitm.relevance.truth import truth_relevance_tf
 
@@ -127,7 +127,7 @@ def train_image(image: tf.Tensor, config: PipelineConfig, seed: tf.Tensor) -> tf
             min_object_covered=config.crop_area[0], aspect_ratio_range=(3 / 4, 4 / 3),
             area_range=config.crop_area, max_attempts=10)
         image = tf.slice(image, offset, size)
-    image = tf.image.resize(image, [config.image_size, config.image_size], antialias=True)
+    image = tf.image.resize(to_unit_float(image), [config.image_size, config.image_size], antialias=True)
     if config.flip:
         image = tf.image.stateless_random_flip_left_right(image, seed=tf.random.experimental.stateless_fold_in(
             seed, 1))
@@ -148,7 +148,7 @@ def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
 
     Captions-only datasets never get here: `_records` refuses them before tracing (`check_image_input`)."""
     if info.image_mode == "encoded":
-        return decode_image(parsed["image/encoded"])
+        return decode_pixels(parsed["image/encoded"])  # uint8: the views convert after cropping
     if info.image_mode == "feature":
         return parsed["image/feature"]
     regions = tf.reshape(parsed["image/regions"], tf.cast(parsed["image/regions_shape"], tf.int32))

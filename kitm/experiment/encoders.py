@@ -29,8 +29,10 @@ def _papers_image_encoder(name: str):
 def _gru_text_encoder(config: ExperimentConfig, vocabulary_size: int):
     from kitm.layers import GRUTextEncoder
 
+    # Trimming each batch's padding (GRUTextEncoder) gives data-dependent shapes that XLA cannot compile.
     return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units,
-                          bidirectional=config.model.text_bidirectional, name="text_backbone")
+                          bidirectional=config.model.text_bidirectional,
+                          trim_padding=str(config.training.jit_compile).lower() != "true", name="text_backbone")
 
 
 # The papers' towers: a small CNN (the synthetic world), ResNets (ImageNet weights; VSE++, SAM, the ladder loss),

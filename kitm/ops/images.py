@@ -13,17 +13,34 @@ import tensorflow as tf
 from official.vision.ops import preprocess_ops
 
 
-def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """PNG/JPEG bytes -> float32 [H, W, 3] in [0, 1]."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+def decode_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """PNG/JPEG bytes -> uint8 [H, W, 3], as decoded.
+
+    The views below take these and convert to float after cropping: x / 255 is elementwise, so converting
+    the crop gives the same floats as cropping the converted image, and a quarter of the memory traffic
+    (the float conversion of the whole decoded image took half the time of a 224 px training view).
+    """
+    return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+
+
+def to_unit_float(image: tf.Tensor) -> tf.Tensor:
+    """uint8 pixels -> float32 in [0, 1] (x / 255); float32 images pass through unchanged."""
     return tf.image.convert_image_dtype(image, tf.float32)
 
 
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """PNG/JPEG bytes -> float32 [H, W, 3] in [0, 1]."""
+    return to_unit_float(decode_pixels(encoded))
+
+
 def eval_image(image: tf.Tensor, image_size: int, crop_fraction: float) -> tf.Tensor:
-    """Deterministic centre crop (fraction of the shorter side) and resize."""
+    """Deterministic centre crop (fraction of the shorter side) and resize: float32 [image_size, image_size, 3].
+
+    `image`: uint8 pixels (`decode_pixels`) or float32 in [0, 1] (`decode_image`); the same result either way.
+    """
     if crop_fraction < 1.0:
         image = preprocess_ops.center_crop_image(image, center_crop_fraction=crop_fraction)
-    image = tf.image.resize(image, [image_size, image_size], antialias=True)
+    image = tf.image.resize(to_unit_float(image), [image_size, image_size], antialias=True)
     return tf.ensure_shape(tf.clip_by_value(image, 0.0, 1.0), [image_size, image_size, 3])
 
 
@@ -46,5 +63,5 @@ def eval_crops(image: tf.Tensor, image_size: int, crop_fraction: float, num_crop
     cols = offsets[:, 1:2] + span[None, :]
     crops = tf.gather(image, rows)  # [N, side, W, 3]
     crops = tf.gather(crops, cols, axis=2, batch_dims=1)  # [N, side, side, 3]
-    crops = tf.image.resize(crops, [image_size, image_size], antialias=True)
+    crops = tf.image.resize(to_unit_float(crops), [image_size, image_size], antialias=True)
     return tf.ensure_shape(tf.clip_by_value(crops, 0.0, 1.0), [num_crops, image_size, image_size, 3])

@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from kitm.files import atomic_path
-from kitm.ops.images import decode_image, eval_image
+from kitm.ops.images import decode_pixels, eval_image
 from kitm.serving.versions import next_version
 
 # The first bytes of the formats tf.io.decode_image reads.
@@ -81,7 +81,7 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
         image_spec = tf.TensorSpec([None], tf.string, name="images")
 
         def image_embeddings(images, signature):
-            pixels = tf.map_fn(lambda encoded: eval_image(decode_image(encoded), image_size, eval_crop_fraction),
+            pixels = tf.map_fn(lambda encoded: eval_image(decode_pixels(encoded), image_size, eval_crop_fraction),
                                _checked_images(images, signature),
                                fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
             return model.encode_image(pixels, training=False)

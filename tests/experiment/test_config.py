@@ -34,7 +34,7 @@ def test_presets_fill_only_what_was_not_given():
     # The centers objective's schedule only with loss=centers.
     assert "num_quantized_centers" not in config.preset
     centers = experiment_config("synthetic", loss=["centers"])
-    assert centers.objective.num_quantized_centers == 50 and centers.objective.center_phase_epochs == (6, 3, 3)
+    assert centers.objective.num_quantized_centers == 50 and centers.objective.center_phase_epochs == (9, 1, 3)
     photos = experiment_config("coco")
     assert (photos.model.image_encoder, photos.data.image_size, photos.model.weights) == ("resnet152", 224, "imagenet")
 

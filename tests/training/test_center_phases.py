@@ -122,6 +122,22 @@ def test_triplet_sampling_flag_reaches_the_objective(parse):
         dataclasses.replace(config, triplet_sampling="semi-hard")
 
 
+def test_term_weights_flag_weights_each_phase_s_terms(parse):
+    config = parse("--loss=centers", "--center_term_weights=1,0,2", "--loss_weights=0.5", "--num_quantized_centers=10")
+    assert config.term_weights == (1.0, 0.0, 2.0) and config.loss_weight == 0.5
+    from kitm.training.center_phases import CenterObjective
+
+    objective = CenterObjective(config, 100, 8)
+    assert objective.phase_weights(1) == {"triplet": 0.5, "centers": 0.0, "index_ce": 1.0}
+    for phase in (2, 3):
+        assert objective.phase_weights(phase) == {"triplet": 0.5, "quantized": 0.0, "index_ce": 1.0}
+        assert set(objective.phase_weights(phase)) == set(objective.phase_losses(phase))
+    assert parse("--loss=centers", "--num_quantized_centers=10").term_weights == (1.0, 1.0, 1.0)  # the paper's
+    for bad, shown in (("1,1", "1.0,1.0"), ("0,0,0", "0.0,0.0,0.0"), ("1,-1,1", "1.0,-1.0,1.0")):
+        with pytest.raises(launch.LaunchError, match=f"--center_term_weights={shown}: give three weights"):
+            parse("--loss=centers", f"--center_term_weights={bad}")
+
+
 def test_bad_center_flags_are_named(parse):
     with pytest.raises(launch.LaunchError, match="centers is a whole objective"):
         parse("--loss=centers,triplet")
