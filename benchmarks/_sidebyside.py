@@ -123,11 +123,15 @@ def caption_lengths(rng: np.random.Generator, batch: int, shapes: Shapes) -> np.
     return np.sort(words + 2)[::-1].copy()
 
 
-def make_batches(count: int, shapes: Shapes, seed: int = 0, pad_to: int | None = None) -> list:
+def make_batches(count: int, shapes: Shapes, seed: int = 0, pad_to: int | None = None,
+                 equal_lengths: bool = False) -> list:
     """`count` batches of {features [B, F] (unit rows), tokens [B, T] (0-padded), lengths [B]}; T is the longest
-    caption over all batches (or `pad_to`), so kitm's compiled step sees one shape."""
+    caption over all batches (or `pad_to`), so kitm's compiled step sees one shape. `equal_lengths`: every caption
+    of a batch as long as the batch's mean (a packed GRU then skips nothing; the same work on both sides)."""
     rng = np.random.default_rng(seed)
     lengths = [caption_lengths(rng, shapes.batch, shapes) for _ in range(count)]
+    if equal_lengths:
+        lengths = [np.full_like(lens, int(round(lens.mean()))) for lens in lengths]
     width = pad_to or max(int(lens[0]) for lens in lengths)
     batches = []
     for lens in lengths:
@@ -259,8 +263,9 @@ def kitm_vsepp_model(shapes: Shapes, losses: dict, *, jit_compile=False, learnin
     keras.utils.set_random_seed(0)
     image_encoder = keras.layers.Identity(name="image_backbone") if image_tower == "identity" else \
         FeatureMLP(shapes.embed, name="image_backbone")
+    # XLA needs static shapes: the encoder keeps the fixed width there, as kitm's launcher builds it.
     text_encoder = GRUTextEncoder(shapes.vocabulary, shapes.word_dim, shapes.embed, bidirectional=False,
-                                  name="text_backbone")
+                                  trim_padding=jit_compile is not True, name="text_backbone")
     model = DualEncoder(image_encoder, text_encoder, shapes.embed, name="dual_encoder")
     optimizer = keras.optimizers.Adam(learning_rate, global_clipnorm=grad_clip)
     model.compile(optimizer, losses=losses, jit_compile=jit_compile)
