@@ -21,7 +21,8 @@ captions, their token ids and the relevance features are those of its training b
 Rows: "step" times the step alone (the reference's margins looked up in the batch relevance matrix instead of its
 per-step CIDEr-D; kitm fed y["relevance"]); "relevance" times kitm's relevance op on one raw batch against the
 reference's three CIDEr-D calls; "step+relevance" times both together (kitm: the relevance op then the step, one
-after the other; in training, tf.data overlaps it with the previous step).
+after the other; in training, tf.data overlaps it with the previous step); "step, equal lengths" times the step with
+every caption of a batch cut to the batch's shortest, where the reference's packed GRU skips nothing (same work).
 
     python benchmarks/bench_sam_step.py [--repeats 7] [--steps 2] [--data_dir /tmp/kitm_bench/synthetic_cider] [--quick]
 """
@@ -298,6 +299,23 @@ def main() -> None:
         y = dict(y, relevance=relevance_op(b["raw"]))
         model.train_on_batch(x, y)
 
+    # The same batches with every caption cut to its batch's shortest length: the reference's packed GRU then skips no
+    # padded step, so the two sides do the same work (the remainder of the "step" row is the packing's saving).
+    equal = [dict(b, tokens=np.where(np.arange(b["tokens"].shape[1]) < b["lengths"].min(), b["tokens"], 0),
+                  lengths=np.full_like(b["lengths"], b["lengths"].min())) for b in batches]
+    equal_peer = itertools.cycle([dict(pb, **{k: v for k, v in side.torch_batch(b).items() if k in ("captions", "lengths")})
+                                  for pb, b in zip(peer_batches, equal)])
+    equal_kitm = itertools.cycle([(dict(x, tokens=tf.constant(b["tokens"])), y) for (x, y), b in zip(kitm_inputs, equal)])
+
+    def peer_step_equal():
+        b = next(equal_peer)
+        peer.train_emb(b["images"], b["captions"], b["lengths"],
+                       extra_loss=lambda im, s: full_loss(im, s, b["gts"], b["captions_text"], b["relevance"]))
+
+    def kitm_step_equal():
+        x, y = next(equal_kitm)
+        model.train_on_batch(x, y)
+
     results = []
     print("step alone (kitm fed y['relevance']; reference margins looked up)", flush=True)
     results.append(side.interleaved("step", kitm_step, peer_step, repeats=repeats, per_block=steps))
@@ -307,6 +325,10 @@ def main() -> None:
     print("step + relevance (the reference's real step)", flush=True)
     results.append(side.interleaved("step+relevance", kitm_step_with_relevance, peer_step_with_cider,
                                     repeats=repeats, per_block=steps))
+    print(f"step alone, every caption cut to its batch's shortest ({', '.join(str(int(b['lengths'][0])) for b in equal)} "
+          "tokens): the same work on both sides", flush=True)
+    results.append(side.interleaved("step, equal lengths", kitm_step_equal, peer_step_equal, repeats=repeats,
+                                    per_block=steps))
     side.print_summary(results)
 
 
