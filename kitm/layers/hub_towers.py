@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from kitm.errors import KitmConfigError, option
+from kitm.layers.flat_projections import flatten_projections
 
 
 def _sub_backbone(backbone, side: str):
@@ -56,6 +57,7 @@ class HubImageTower(keras.layers.Layer):
         if isinstance(backbone, dict):
             backbone = keras.saving.deserialize_keras_object(backbone)
         self.backbone = backbone
+        flatten_projections(backbone)  # the attention projections' cheaper gradient (kitm.layers.flat_projections)
         self.family = str(family)
         self.scale = [float(s) for s in scale]
         self.offset = [float(o) for o in offset]
@@ -100,6 +102,7 @@ class HubTextTower(keras.layers.Layer):
         if isinstance(backbone, dict):
             backbone = keras.saving.deserialize_keras_object(backbone)
         self.backbone = backbone
+        flatten_projections(backbone)
         self.family = str(family)
         self.input_names = tuple(sorted(backbone.input)) if isinstance(backbone.input, dict) else ("token_ids",)
 
