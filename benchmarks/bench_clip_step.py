@@ -8,8 +8,10 @@ DualEncoder's projections into the joint space, `InfoNCELoss` (learnable tempera
 The peer: open_clip's own `CLIP` model of the same configuration (`open_clip.get_model_config(...)`; ViT-B/32 with
 quick GELU, which is the activation keras-hub's CLIP encoders use), open_clip's `ClipLoss`, `torch.optim.AdamW`
 with the same settings; one step = forward, loss, `zero_grad`, `backward`, `step`, as open_clip's `train_one_epoch`
-does (without AMP: this is a CPU). Torch gets 1 thread (`--torch_threads`, as the other side-by-side benchmarks:
-on 2 shared cores its 2 OpenMP threads run much slower than 1); TensorFlow keeps its default threads.
+does (without AMP: this is a CPU). Torch gets 1 thread by default (`--torch_threads`, as the other side-by-side
+benchmarks: on 2 shared cores its 2 OpenMP threads run much slower than 1 when another job runs);
+`--torch_threads 2` gives it TensorFlow's count, the fair comparison on a machine of its own. TensorFlow keeps its
+default threads. `--phases` adds forward + loss, forward + loss + gradient and the optimizer update alone.
 
 Throughput (`encode_image`, `encode_text`): kitm's SavedModel (`kitm.serving.export_saved_model`, with a CLIP BPE
 tokenizer of the real 49,408-token vocabulary, built from open_clip's own `bpe_simple_vocab_16e6.txt.gz`) on a
@@ -334,7 +336,7 @@ def time_phases(model, x, y, peer, peer_loss, peer_optimizer, peer_images, peer_
 
     grads = kitm_gradient()
 
-    @tf.function
+    @tf.function(autograph=False)  # no control flow; autograph only warns about the closure over `grads`
     def kitm_apply():
         model.optimizer.apply_gradients(zip(grads, variables))
 
