@@ -24,6 +24,13 @@ What the seed alone does not fix, and `deterministic_ops=True`
     runs serially. The caption tokenizer's vocabulary lookup (a `StringLookup` hash table) is such an op,
     so with determinism on the input pipeline runs on one thread: much slower on large images;
   - random ops without a seed are refused (`RuntimeError`), which finds any draw the seed does not reach.
+Runs in one process: TF Model Garden's `official.core.input_reader` (imported with the vision ops that
+`kitm.ops.images` uses) draws one number from Python's global generator when it is first imported, so before this
+was handled the first run in a process (which imported it after seeding) and every later one (which did not)
+started from different weights. `set_seeds` now imports it before seeding and then makes that draw itself: every run
+sees the same sequence, and the same weights as runs made before the fix in a fresh process
+(tests/training/test_reproducibility.py, tests/end_to_end/test_reproducibility.py).
+
 Bit-identical runs were checked on one device only; across replicas the gradients also pass through the
 strategy's all-reduce, whose summation order we have not checked (NCCL on GPUs, gRPC rings between
 workers). Under several replicas
@@ -33,12 +40,21 @@ BatchNormalization's moving statistics are updated per replica (Keras creates th
 
 from __future__ import annotations
 
+import random
+
 import keras
 import tensorflow as tf
 
 
 def set_seeds(seed: int, *, deterministic_ops: bool = False) -> None:
-    """Seed Python, NumPy and TensorFlow (`keras.utils.set_random_seed`); optionally make ops deterministic."""
+    """Seed Python, NumPy and TensorFlow (`keras.utils.set_random_seed`); optionally make ops deterministic.
+
+    The same seed leaves the generators in the same state whatever the process imported before (module docstring).
+    """
+    import kitm.ops.images  # noqa: F401 - its Model Garden import draws from Python's generator: before seeding
     keras.utils.set_random_seed(seed)
+    # The draw that import made right after seeding in every run before this was handled (a fresh process imported
+    # it lazily, after set_seeds): kept, so that a seed gives the weights it always gave.
+    random.randint(0, (1 << 31) - 1)
     if deterministic_ops:
         tf.config.experimental.enable_op_determinism()

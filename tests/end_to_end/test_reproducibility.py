@@ -35,3 +35,31 @@ def test_two_runs_with_the_same_seed_give_the_same_losses(tiny_synthetic, tmp_pa
     assert set(histories["a"]) >= {"loss", "triplet/i2t", "triplet/t2i"}
     for key, values in histories["a"].items():
         np.testing.assert_allclose(histories["b"][key], values, rtol=0, atol=1e-6, err_msg=key)
+
+
+TWO_RUNS_IN_ONE_PROCESS = """
+import json
+import sys
+
+from kitm.experiment import experiment_config, run
+
+data_dir, run_root = sys.argv[1], sys.argv[2]
+for name in ("first", "second"):
+    config = experiment_config("synthetic", data_dir=data_dir, run_dir=f"{run_root}/{name}", epochs=1, batch_size=16,
+                               image_size=32, flip=True, eval_every_epochs=0, export=False, projector_samples=0,
+                               progress=False, seed=3)
+    print(json.dumps(run(config)["history"]))
+"""
+
+
+@pytest.mark.slow
+def test_two_python_runs_in_one_process_give_the_same_losses(tiny_synthetic, tmp_path, repo_root):
+    """The first run of a process imports the input pipeline's dependencies, the second does not; both start from
+    the same weights (kitm.training.reproducibility)."""
+    result = subprocess.run([sys.executable, "-c", TWO_RUNS_IN_ONE_PROCESS, str(tiny_synthetic), str(tmp_path)],
+                            cwd=repo_root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    first, second = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert set(first) >= {"loss", "triplet/i2t", "triplet/t2i"}
+    assert first == second

@@ -64,3 +64,44 @@ def test_deterministic_ops_enables_op_determinism(repo_root):
     lines = result.stdout.strip().splitlines()[-2:]
     assert lines[0] == "seed only: ran"
     assert lines[1].startswith("deterministic ops: refused (Random ops require a seed"), lines
+
+
+IMPORT_ORDER_PROBE = """
+import random
+import sys
+
+import keras
+
+assert "official.core.input_reader" not in sys.modules
+
+
+def draws():
+    kernel = keras.initializers.GlorotUniform()((3, 2))  # Keras' initialisers take their seed from Python's generator
+    return [random.random(), *keras.ops.convert_to_numpy(kernel).ravel().tolist()]
+
+
+# How every run made its draws before set_seeds handled it: seeded first, then Model Garden imported (lazily, by the
+# input pipeline), which draws one number from Python's generator.
+keras.utils.set_random_seed(3)
+import kitm.ops.images  # noqa: E402,F401
+assert "official.core.input_reader" in sys.modules
+before = draws()
+
+from kitm.training.reproducibility import set_seeds  # noqa: E402
+
+set_seeds(3)  # Model Garden already imported, as for the second run in a process
+again = draws()
+set_seeds(3)
+third = draws()
+set_seeds(4)
+other = draws()
+print("same as before:", again == before, "; repeatable:", third == again, "; seed matters:", other != again)
+"""
+
+
+def test_a_seed_gives_the_same_draws_whatever_the_process_imported_before(repo_root):
+    """The second run in a process used to start from other weights than the first (kitm.training.reproducibility)."""
+    result = subprocess.run([sys.executable, "-c", IMPORT_ORDER_PROBE], cwd=repo_root, capture_output=True,
+                            text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "same as before: True ; repeatable: True ; seed matters: True"
