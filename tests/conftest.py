@@ -142,6 +142,42 @@ def identity_model():
 
 
 @pytest.fixture(scope="session")
+def tiny_dual_encoder():
+    """`tiny_dual_encoder(gru=True)`: a built DualEncoder over 16 px images and 5 tokens of a 12-word vocabulary
+    (a 4-filter CNN; a GRU, or a mean of word embeddings with gru=False), joint space 6."""
+    import tensorflow as tf
+
+    import keras
+    from kitm.layers import GRUTextEncoder, SmallConvEncoder
+    from kitm.models import DualEncoder
+
+    def build(gru=True):
+        text = GRUTextEncoder(12, 4, 4) if gru else keras.Sequential([keras.layers.Embedding(12, 4),
+                                                                      keras.layers.GlobalAveragePooling1D()])
+        model = DualEncoder(SmallConvEncoder(filters=(4, 4, 4, 4), width=8), text, embedding_dim=6)
+        model.build_from_inputs({"image": tf.TensorSpec([None, 16, 16, 3]),
+                                 "tokens": tf.TensorSpec([None, 5], tf.int32)})
+        return model
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_batches():
+    """`tiny_batches(steps=2, batch=6)`: a dataset of `steps` batches for `tiny_dual_encoder` (fixed random images and
+    tokens, each image its own index)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def make(steps=2, batch=6):
+        rng = np.random.default_rng(0)
+        x = {"image": rng.uniform(size=(steps * batch, 16, 16, 3)).astype(np.float32),
+             "tokens": rng.integers(1, 12, size=(steps * batch, 5)).astype(np.int32)}
+        y = {"image_index": np.arange(steps * batch, dtype=np.int32)}
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+    return make
+
+
+@pytest.fixture(scope="session")
 def read_events():
     """`read_events(directory)`: TensorBoard event files read back."""
     import tensorflow as tf

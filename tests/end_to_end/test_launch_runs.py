@@ -1,6 +1,7 @@
 """End to end: the launcher trains under MirroredStrategy on 2 logical CPUs, logs, evaluates and exports;
 the SavedModel serves raw inputs in a process that never imports kitm; bad flags stop with clear messages; a run
-whose embeddings collapse warns, logs and stops (--collapse_threshold, --stop_on_collapse)."""
+whose embeddings collapse warns, logs and stops (--collapse_threshold, --stop_on_collapse); contradictory training
+controls (fine-tuning without a pretrained backbone, a warm-up without the cosine schedule) are refused."""
 
 import json
 
@@ -126,6 +127,18 @@ def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path, 
                       "--eval_every_epochs=0", "--export=false"])
     assert result.returncode == 2, result.stderr[-3000:]
     assert shard.name in result.stderr and "corrupt" in result.stderr
+
+
+def test_launcher_refuses_contradictory_training_controls(tiny_synthetic, tmp_path, launch):
+    base = ["--dataset=synthetic", "--image_size=32", f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}",
+            "--batch_size=16", "--progress=false", "--epochs=2"]
+    result = launch([*base, "--finetune_after_epochs=1"])
+    assert result.returncode == 2
+    assert "--finetune_after_epochs needs a pretrained backbone" in result.stderr and "small_cnn" in result.stderr
+    result = launch([*base, "--warmup_epochs=1"])
+    assert result.returncode == 2 and "the warm-up is part of the cosine schedule" in result.stderr
+    assert "--lr_schedule=cosine" in result.stderr
+
 
 
 @pytest.mark.slow

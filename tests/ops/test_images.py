@@ -38,3 +38,19 @@ def test_views_of_uint8_pixels_equal_the_views_of_float_images_bit_for_bit():
         seed = tf.constant([sample, 7], tf.int64)
         np.testing.assert_array_equal(train_image(pixels, config, seed).numpy(),
                                       train_image(floats, config, seed).numpy())
+
+
+def test_eval_crops_are_windows_of_the_evaluation_size_at_random_places():
+    image = tf.reshape(tf.range(20 * 24 * 3, dtype=tf.float32) / (20 * 24 * 3), [20, 24, 3])
+    crops = eval_crops(image, 10, 0.5, 6, tf.constant([1, 2], tf.int64)).numpy()  # side 10, resized to 10
+    assert crops.shape == (6, 10, 10, 3)
+    windows = {(i, j): image.numpy()[i:i + 10, j:j + 10] for i in range(11) for j in range(15)}
+    found = [next(k for k, w in windows.items() if np.allclose(w, crop, atol=1e-6)) for crop in crops]
+    assert len(set(found)) > 1  # random places (6 draws from 165)
+    np.testing.assert_array_equal(crops, eval_crops(image, 10, 0.5, 6, tf.constant([1, 2], tf.int64)).numpy())
+    # Crops of the whole square image are all the evaluation image.
+    square = tf.random.stateless_uniform([32, 32, 3], seed=[0, 1])
+    whole = eval_crops(square, 16, 1.0, 3, tf.constant([0, 0], tf.int64)).numpy()
+    for crop in whole:
+        np.testing.assert_allclose(crop, eval_image(square, 16, 1.0).numpy(), atol=1e-6)
+
