@@ -14,7 +14,8 @@ into one and multiplies once,
 
 for an equation `F K, K G -> F G` (F: the input's free axes, K: the contracted ones, G: the kernel's free ones),
 which is the einsum's own definition; bias and activation follow as in `EinsumDense.call`. Only those equations are
-touched, and a quantized layer (`quantization_mode` set) keeps Keras' own path. The weights, the configuration and
+touched, only layers that run `EinsumDense.call` itself (not a subclass's own `call`), and a quantized layer
+(`quantization_mode` set) keeps Keras' own path. The weights, the configuration and
 serialisation are unchanged (Keras' attention layer creates its projections when it is built, so kitm's hub towers
 flatten them again after loading).
 
@@ -73,12 +74,16 @@ def _flat_call(layer, inputs, training=None):
     return y
 
 
+EINSUM_DENSE_CALL = keras.layers.EinsumDense.call
+
+
 def flatten_projections(layer) -> int:
     """Gives every `EinsumDense` in `layer` (itself included) whose equation is `F K, K G -> F G` the one-product
     `call` (module docstring); returns how many layers have it. Safe to call again."""
     count = 0
     for sublayer in layer._flatten_layers(include_self=True, recursive=True):
-        if not isinstance(sublayer, keras.layers.EinsumDense):
+        # A subclass with its own call keeps it: replacing that would drop what the subclass adds.
+        if not isinstance(sublayer, keras.layers.EinsumDense) or type(sublayer).call is not EINSUM_DENSE_CALL:
             continue
         axes = flat_equation(sublayer.equation)
         if axes is None:

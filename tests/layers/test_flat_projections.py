@@ -108,6 +108,24 @@ def test_other_equations_keep_keras_call_and_flattening_twice_is_harmless():
                                @ model.layers[1].kernel.numpy() + model.layers[1].bias.numpy(), rtol=1e-5)
 
 
+def test_a_subclass_with_its_own_call_keeps_it():
+    class Doubled(keras.layers.EinsumDense):
+        def call(self, inputs, training=None):
+            return 2.0 * super().call(inputs, training=training)
+
+    class Plain(keras.layers.EinsumDense):  # inherits EinsumDense.call: flattened
+        pass
+
+    doubled, plain = Doubled("abc,cd->abd", (None, 3)), Plain("abc,cd->abd", (None, 3))
+    for layer in (doubled, plain):
+        layer.build((2, 5, 4))
+    assert flatten_projections(doubled) == 0 and "call" not in vars(doubled)
+    assert flatten_projections(plain) == 1
+    x = tf.ones([2, 5, 4])
+    np.testing.assert_allclose(doubled(x).numpy(), 2.0 * np.einsum("abc,cd->abd", x.numpy(), doubled.kernel.numpy()),
+                               rtol=1e-5)
+
+
 def test_a_quantized_layer_keeps_keras_quantized_path():
     keras_layer, flat_layer = _pair("abc,cde->abde", (None, 3, 4), "de")
     for layer in (keras_layer, flat_layer):
