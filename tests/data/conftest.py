@@ -1,5 +1,5 @@
-"""Shared by the converter tests: a `python -m kitm.data.build` killed with SIGKILL at a given record, and the
-identity of the shards on disk (to see which ones a resumed build rewrote)."""
+"""Shared by the converter tests: a `python -m kitm.data.build` killed with SIGKILL at a given record, the identity
+of the shards on disk (to see which ones a resumed build rewrote), and a built split's records read back."""
 
 import os
 import subprocess
@@ -45,3 +45,19 @@ def shard_state():
         return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in root.glob("*.tfrecord")}
 
     return state
+
+
+@pytest.fixture(scope="session")
+def split_records():
+    """`split_records(root, split)`: the parsed records of a built split in the order they were written (shard after
+    shard), as numpy values."""
+    from kitm.data import schema
+    from kitm.data.records import parse_record, read_records
+
+    def read(root, split):
+        info = schema.load_info(root)
+        spec = schema.feature_spec(info)
+        return [{key: value.numpy() for key, value in parse_record(path, record, spec).items()}
+                for path, record in read_records(info.shard_paths(root, split), cycle_length=1)]
+
+    return read

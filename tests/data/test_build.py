@@ -54,3 +54,16 @@ def test_image_space_neighbors_name_their_flag(tmp_path, capsys):
     assert status == 2
     assert ("no image-space neighbours of other images to store. Leave out the image-space neighbour rows "
             "(--image_neighbors=none)") in capsys.readouterr().err
+
+
+def test_relevance_flag_takes_a_list_or_none(capsys):
+    from kitm.data.build import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["--dataset=flickr8k", "--out=x"]).relevance == ("cider", "sbert", "neighbors")
+    assert parse(["--dataset=flickr8k", "--out=x", "--relevance=neighbors, cider"]).relevance == ("cider", "neighbors")
+    assert parse(["--dataset=flickr8k", "--out=x", "--relevance=none"]).relevance == ()
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["--dataset=flickr8k", "--out=x", "--relevance=cider,bleu"])
+    assert exit_info.value.code == 2 and "Unknown relevance source(s) ['bleu']" in capsys.readouterr().err
+

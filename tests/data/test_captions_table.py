@@ -15,18 +15,10 @@ from kitm.data import schema
 from kitm.data.build import main
 from kitm.data.captions_table import (apply_caption_rule, auto_captions_per_image, build_captions_table,
                                       load_table_entries, random_split, split_sizes)
-from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic_records import encode_png
 from kitm.errors import KitmDataError
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "pink", "brown"]
-
-
-def _records(root, split):
-    info = schema.load_info(root)
-    spec = schema.feature_spec(info)
-    return [{key: value.numpy() for key, value in parse_record(path, record, spec).items()}
-            for path, record in read_records(info.shard_paths(root, split), cycle_length=1)]
 
 
 def _image(path, value):
@@ -66,7 +58,7 @@ def _table(tmp_path, counts, name="table.csv", **kwargs):
 # Round trip.
 
 @pytest.mark.slow
-def test_csv_round_trip_through_the_pipeline(tmp_path, capsys):
+def test_csv_round_trip_through_the_pipeline(tmp_path, capsys, split_records):
     table = _table(tmp_path, [3] * 12)
     out = tmp_path / "mine"
     assert main(["--dataset=captions_table", f"--captions={table}", f"--out={out}", "--relevance=cider",
@@ -79,7 +71,7 @@ def test_csv_round_trip_through_the_pipeline(tmp_path, capsys):
     assert info.source["split"]["rule"] == "random" and info.source["csv_separator"] == "\t"
     seen = []
     for split in ("train", "val", "test"):
-        for record in _records(out, split):
+        for record in split_records(out, split):
             key = record["image/key"].decode()
             i = int(key.removeprefix("photos/im").removesuffix(".png"))
             seen.append((int(record["image/id"]), i))
@@ -99,7 +91,7 @@ def test_csv_round_trip_through_the_pipeline(tmp_path, capsys):
     assert y["relevance"].shape == (4, 4)
 
 
-def test_jsonl_with_a_split_column_absolute_paths_and_blank_lines(tmp_path):
+def test_jsonl_with_a_split_column_absolute_paths_and_blank_lines(tmp_path, split_records):
     images = tmp_path / "pictures"
     lines = []
     for i, split in enumerate(["train", "train", "val", "train", "test", "val", "train"]):
@@ -112,9 +104,9 @@ def test_jsonl_with_a_split_column_absolute_paths_and_blank_lines(tmp_path):
                                 caption_column="text", split_column="split", relevance=(), progress=False)
     assert info.source["format"] == "jsonl" and info.source["split"] == {
         "rule": "column", "column": "split", "images": {"train": 4, "val": 2, "test": 1}}
-    assert [int(r["image/id"]) for r in _records(tmp_path / "out", "val")] == [2, 5]
-    assert [r["image/key"].decode() for r in _records(tmp_path / "out", "test")] == ["p4.png"]
-    assert _records(tmp_path / "out", "train")[1]["image/key"].decode() == str(images / "p1.png")
+    assert [int(r["image/id"]) for r in split_records(tmp_path / "out", "val")] == [2, 5]
+    assert [r["image/key"].decode() for r in split_records(tmp_path / "out", "test")] == ["p4.png"]
+    assert split_records(tmp_path / "out", "train")[1]["image/key"].decode() == str(images / "p1.png")
 
 
 def test_comma_separated_quoted_multiline_captions_and_relative_to_the_table(tmp_path):
@@ -352,14 +344,14 @@ def test_killed_build_resumes_and_an_edited_table_is_refused(tmp_path, killed_bu
 
 
 @pytest.mark.slow
-def test_sentence_and_neighbour_rows(tmp_path):
+def test_sentence_and_neighbour_rows(tmp_path, split_records):
     from kitm.relevance import sentence_embeddings
 
     table = _table(tmp_path, [2] * 10)
     info = build_captions_table(tmp_path / "out", table, val_images=3, test_images=0, neighbors_k=3,
                                 relevance=("cider", "sbert", "neighbors"), progress=False)
     assert sorted(info.relevance) == ["cider", "neighbors", "sbert"] and info.relevance["neighbors"]["k"] == 3
-    records = _records(tmp_path / "out", "train")
+    records = split_records(tmp_path / "out", "train")
     captions = [c.decode() for r in records for c in r["captions"]]
     stored = np.concatenate([r[schema.SBERT_EMBEDDINGS].reshape(2, -1) for r in records])
     np.testing.assert_allclose(stored, sentence_embeddings(captions), atol=1e-5)

@@ -12,6 +12,7 @@ from kitm.errors import KitmDataError
 from kitm.data.karpathy import build_karpathy
 from kitm.data.records import parse_record, read_records
 from kitm.data.synthetic_records import encode_png
+from kitm.relevance.rows import load_document_frequency
 
 
 def _entry(name, split, n_captions=5, folder=""):
@@ -89,3 +90,45 @@ def test_build_command_line_reports_errors_in_one_line(tmp_path, capsys):
     capsys.readouterr()
     assert main([*synthetic, "--seed=1"]) == 2  # the same --out with another world: refused, not mixed
     assert "seed: before 0, now 1" in capsys.readouterr().err
+
+
+def test_karpathy_json_with_missing_fields_is_named(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    cases = [
+        ([{"split": "train", "sentences": []}], r"image entry 0 lacks field\(s\) \['filename'\]"),
+        ([{"filename": "a.jpg", "split": "train", "sentences": [{"raw": "x"}, {"tokens": ["y"]}]}],
+         r"image a.jpg, sentence 1 lacks field 'raw'"),
+        ([{"filename": "a.jpg", "split": "train", "sentences": [{"raw": "x"}] * 4 + [{"raw": ""}]}],
+         r"image a.jpg, caption 4 is empty"),
+        ([{"filename": "a.jpg", "split": "holdout", "sentences": []}], r"unknown split 'holdout'"),
+        ({"dataset": "coco"}, r"not a Karpathy split file"),
+    ]
+    for content, message in cases:
+        (tmp_path / "dataset_test.json").write_text(json.dumps(content if isinstance(content, dict)
+                                                               else {"images": content}))
+        with pytest.raises(KitmDataError, match=message):
+            build_karpathy(tmp_path / "out", tmp_path / "dataset_test.json", images, relevance=(), progress=False)
+
+
+def test_karpathy_converter_stores_relevance_rows(tmp_path, split_records):
+    from kitm.relevance.cider_features import cider_features
+
+    images = tmp_path / "images"
+    images.mkdir()
+    entries = []
+    for index, split in enumerate(["train", "restval", "train", "val", "test"]):
+        name = f"im{index}.png"
+        (images / name).write_bytes(encode_png(np.full((4, 4, 3), index, np.uint8)))
+        entries.append({"filename": name, "split": split,
+                        "sentences": [{"raw": f"a {['red', 'blue', 'green'][k % 3]} thing number {index} {k}"}
+                                      for k in range(5)]})
+    (tmp_path / "dataset_x.json").write_text(json.dumps({"images": entries}))
+    info = build_karpathy(tmp_path / "out", tmp_path / "dataset_x.json", images, relevance=("cider",),
+                          progress=False)
+    assert sorted(info.relevance) == ["cider"] and info.relevance["cider"]["num_documents"] == 3
+    records = split_records(tmp_path / "out", "train")
+    fresh = cider_features([c.decode() for r in records for c in r["captions"]],
+                           load_document_frequency(tmp_path / "out", info))
+    np.testing.assert_array_equal(np.concatenate([r[schema.CIDER_KEYS] for r in records]), fresh.keys)
+
