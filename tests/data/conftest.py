@@ -1,5 +1,6 @@
 """Shared by the converter tests: a `python -m kitm.data.build` killed with SIGKILL at a given record, the identity
-of the shards on disk (to see which ones a resumed build rewrote), and a built split's records read back."""
+of the shards on disk (to see which ones a resumed build rewrote), the checks of the kill-and-resume scenario every
+converter goes through, and a built split's records read back."""
 
 import os
 import subprocess
@@ -61,3 +62,63 @@ def split_records():
                 for path, record in read_records(info.shard_paths(root, split), cycle_length=1)]
 
     return read
+
+
+@pytest.fixture
+def killed_in_third_shard(killed_build, shard_state):
+    """`killed_in_third_shard(flags, root)`: the build of a 12-image training split in 4 shards (`flags`, without
+    --out) killed at its 8th record into `root`: no dataset.json, shards 0 and 1 finished and whole, the third left
+    as its temporary file. Returns those shards' `shard_state`."""
+    import tensorflow as tf
+
+    from kitm.data import schema
+
+    def run(flags, root):
+        result = killed_build([*flags, f"--out={root}"], kill_at=8)
+        assert result.returncode == -9, result.stderr[-2000:]
+        assert not (root / schema.INFO_FILE).exists()
+        assert sorted(shard_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
+        assert (root / "train-00002-of-00004.tfrecord.tmp").exists()
+        for name in shard_state(root):
+            assert sum(1 for _ in tf.data.TFRecordDataset(str(root / name))) == 3  # whole shards only
+        return shard_state(root)
+
+    return run
+
+
+@pytest.fixture
+def resumed_build(shard_state):
+    """`resumed_build(flags, root, before)`: the same build run again into `root` finishes without rewriting the
+    shards of `before` (their `shard_state`) and leaves no temporary file. Returns the new `shard_state`."""
+    from kitm.data.build import main
+
+    def run(flags, root, before):
+        assert main([*flags, f"--out={root}"]) == 0
+        after = shard_state(root)
+        assert all(after[name] == state for name, state in before.items())  # finished shards were not rewritten
+        assert not list(root.glob("*.tmp"))
+        return after
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def same_build():
+    """`same_build(root, other)`: asserts that two built datasets hold the same records (every shard's
+    tf.train.Example protos, compared field by field, not byte by byte) and the same dataset.json."""
+    import pathlib
+
+    import tensorflow as tf
+
+    from kitm.data import schema
+
+    def examples(root):
+        return {path.name: [tf.train.Example.FromString(record.numpy())
+                            for record in tf.data.TFRecordDataset(str(path))]
+                for path in sorted(pathlib.Path(root).glob("*.tfrecord"))}
+
+    def check(root, other):
+        assert examples(root) == examples(other)
+        assert (root / schema.INFO_FILE).read_text() == (other / schema.INFO_FILE).read_text()
+
+    return check

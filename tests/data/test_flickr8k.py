@@ -1,7 +1,6 @@
 """kitm.data.flickr8k: the real Flickr8K token files (in ../shared) as captions-only records with all three relevance
 sources, a killed build resuming, and Flickr8K-format files written here for every bad input."""
 
-import pathlib
 
 import numpy as np
 import pytest
@@ -14,12 +13,6 @@ from kitm.data.flickr8k import build_flickr8k
 from kitm.data.synthetic_records import encode_png
 from kitm.errors import KitmDataError
 from kitm.relevance.rows import load_document_frequency
-
-
-def _examples(root):
-    """Every shard's records as tf.train.Example protos (compared field by field, not byte by byte)."""
-    return {path.name: [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(str(path))]
-            for path in sorted(pathlib.Path(root).glob("*.tfrecord"))}
 
 
 def _token_file_captions(folder):
@@ -110,33 +103,23 @@ def test_captions_only_dataset_serves_evaluation_but_not_training(flickr8k_capti
         training_dataset(flickr8k_captions, "train", tokenizer, PipelineConfig(batch_size=8, relevance="cider"))
 
 
-def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir, killed_build, shard_state):
+def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared_dir, shard_state,
+                                                               killed_in_third_shard, resumed_build, same_build):
     flags = ["--dataset=flickr8k", f"--flickr8k_dir={shared_dir / 'data' / 'flickr8k'}", "--limit=12",
              "--num_shards=4", "--relevance=cider", "--quiet"]
     root = tmp_path / "killed" / "f8k"
-    result = killed_build([*flags, f"--out={root}"], kill_at=8)
-    assert result.returncode == -9, result.stderr[-2000:]
     # Train holds 12 images in 4 shards of 3: shards 0 and 1 were finished, shard 2 died at its second record.
-    assert not (root / schema.INFO_FILE).exists()
-    assert sorted(shard_state(root)) == ["train-00000-of-00004.tfrecord", "train-00001-of-00004.tfrecord"]
-    assert (root / "train-00002-of-00004.tfrecord.tmp").exists()
-    for name in shard_state(root):
-        assert sum(1 for _ in tf.data.TFRecordDataset(str(root / name))) == 3  # whole shards only
-    before = shard_state(root)
+    before = killed_in_third_shard(flags, root)
 
     with pytest.raises(KitmDataError, match=r"other parameters \(limit: before 12, now 11\).*fresh --out.*same "
                                             r"flags"):
         build_flickr8k(root, shared_dir / "data" / "flickr8k", limit=11, num_shards=4, relevance=("cider",),
                        progress=False)
-    assert main([*flags, f"--out={root}"]) == 0
-    after = shard_state(root)
-    assert all(after[name] == state for name, state in before.items())  # finished shards were not rewritten
-    assert not list(root.glob("*.tmp"))
+    after = resumed_build(flags, root, before)
 
     clean = tmp_path / "clean" / "f8k"
     assert main([*flags, f"--out={clean}"]) == 0
-    assert _examples(root) == _examples(clean)
-    assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
+    same_build(root, clean)
 
     # A finished build that loses dataset.json and a shard: only that shard is written again.
     (root / schema.INFO_FILE).unlink()
@@ -144,8 +127,7 @@ def test_killed_build_resumes_without_rewriting_finished_shards(tmp_path, shared
     assert main([*flags, f"--out={root}"]) == 0
     again = shard_state(root)
     assert all(again[name] == state for name, state in after.items() if name != "val-00000-of-00001.tfrecord")
-    assert _examples(root) == _examples(clean)
-    assert (root / schema.INFO_FILE).read_text() == (clean / schema.INFO_FILE).read_text()
+    same_build(root, clean)
 
 
 def _flickr_folder(tmp_path, splits, captions=None, token_lines=None):

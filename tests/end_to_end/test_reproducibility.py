@@ -53,12 +53,10 @@ for name in ("first", "second"):
 
 
 @pytest.mark.slow
-def test_two_python_runs_in_one_process_give_the_same_losses(tiny_synthetic, tmp_path, repo_root):
+def test_two_python_runs_in_one_process_give_the_same_losses(tiny_synthetic, tmp_path, repo_root, run_python):
     """The first run of a process imports the input pipeline's dependencies, the second does not; both start from
     the same weights (kitm.training.reproducibility)."""
-    result = subprocess.run([sys.executable, "-c", TWO_RUNS_IN_ONE_PROCESS, str(tiny_synthetic), str(tmp_path)],
-                            cwd=repo_root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
-                            text=True, timeout=600)
+    result = run_python(TWO_RUNS_IN_ONE_PROCESS, tiny_synthetic, tmp_path, cwd=repo_root, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     first, second = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert set(first) >= {"loss", "triplet/i2t", "triplet/t2i"}

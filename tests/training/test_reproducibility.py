@@ -99,9 +99,8 @@ print("same as before:", again == before, "; repeatable:", third == again, "; se
 """
 
 
-def test_a_seed_gives_the_same_draws_whatever_the_process_imported_before(repo_root):
+def test_a_seed_gives_the_same_draws_whatever_the_process_imported_before(repo_root, run_python):
     """The second run in a process used to start from other weights than the first (kitm.training.reproducibility)."""
-    result = subprocess.run([sys.executable, "-c", IMPORT_ORDER_PROBE], cwd=repo_root, capture_output=True,
-                            text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = run_python(IMPORT_ORDER_PROBE, cwd=repo_root, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "same as before: True ; repeatable: True ; seed matters: True"
