@@ -31,6 +31,7 @@ TINY_FLAGS = ("--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_
 # Test modules that must share one xdist worker because they share a session-cached run (a module-scoped fixture
 # already keeps each module's own runs to one worker), by their path from the repository root (a node id's start).
 SHARED_RUN_GROUPS = {"tests/end_to_end/test_export.py": "production_run",
+                     "tests/end_to_end/test_frozen_features.py": "production_run",
                      "tests/end_to_end/test_monitoring.py": "production_run"}
 
 

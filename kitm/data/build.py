@@ -93,10 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--images", help="image folder (karpathy: required; flickr8k, coco_captions: optional, "
                                          "without it the dataset is captions-only; captions_table: the folder "
                                          "relative paths start from, default the table's folder)")
+    splits = parser.add_argument_group("split sizes (synthetic, and captions_table without --split_column)")
+    splits.add_argument("--val_images", default=None, help="validation images, a count (500), a fraction (0.05) or "
+                        "auto; auto: synthetic 10%%, captions_table 5%% (at least 2, at most 1000); 0 for none")
+    splits.add_argument("--test_images", default=None, help="test images, as --val_images")
     synthetic = parser.add_argument_group("synthetic")
     synthetic.add_argument("--num_scenes", type=int, default=3000)
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--image_size", type=int, default=64)
+    synthetic.add_argument("--near_duplicate_rate", type=float, default=None,
+                           help="probability that a scene is an earlier one with one change (default 0.35): more "
+                                "near-duplicates, more captions that fit several images")
+    synthetic.add_argument("--image_features_run", default=None,
+                           help="store a trained run's image embeddings (its exported SavedModel, e.g. trained on "
+                                "a world of another --seed) instead of pixels: image mode 'feature', for "
+                                "--image_encoder=features_mlp (the papers' frozen precomputed features)")
     karpathy = parser.add_argument_group("karpathy, coco_captions")
     karpathy.add_argument("--karpathy_json", help="dataset_coco.json / dataset_flickr30k.json / dataset_flickr8k.json")
     flickr8k = parser.add_argument_group("flickr8k")
@@ -120,9 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "when the header line holds one (open_clip's --csv-separator default), else a comma")
     table.add_argument("--captions_per_image", default="auto", help="captions kept per image (C); auto: the count "
                        "the most images have. Images with more keep their first C; fewer: see --few_captions")
-    table.add_argument("--val_images", default=None, help="random split: validation images, a count (500), a "
-                       "fraction (0.05) or auto (5%%, at least 2, at most 1000; the default); 0 for none")
-    table.add_argument("--test_images", default=None, help="random split: test images, as --val_images")
     table.add_argument("--split_seed", type=int, default=0, help="random split: the seed of the draw")
     precomputed = parser.add_argument_group("precomputed (VSE++ / SCAN)")
     precomputed.add_argument("--features_dir", help="folder holding <name>/{split}_ims.npy and {split}_caps.txt")
@@ -148,6 +156,19 @@ def image_neighbor_options(args: argparse.Namespace):
                                 image_size=args.image_neighbors_size, batch_size=args.image_neighbors_batch)
 
 
+def synthetic_split_counts(num_scenes: int, val_images=None, test_images=None) -> list[int] | None:
+    """(train, val, test) scenes for --val_images / --test_images (counts, fractions or auto = 10%); None when
+    neither is given, so the world keeps its default 80/10/10 split bit for bit."""
+    if val_images is None and test_images is None:
+        return None
+    from kitm.data.captions_table import split_sizes
+
+    default = "0.1"  # the synthetic world's own share when only the other split is given
+    val, test = split_sizes(num_scenes, default if val_images in (None, "auto") else val_images,
+                            default if test_images in (None, "auto") else test_images)
+    return [num_scenes - val - test, val, test]
+
+
 def run(args: argparse.Namespace):
     """Build the dataset `args` describe; returns its DatasetInfo."""
     image_neighbors = image_neighbor_options(args)
@@ -166,12 +187,29 @@ def run(args: argparse.Namespace):
             raise KitmDataError(f"--num_scenes must be at least 10; got {args.num_scenes}.")
         if args.limit is not None:
             raise KitmDataError("--limit does not apply to --dataset=synthetic; use --num_scenes.")
+        counts = synthetic_split_counts(args.num_scenes, args.val_images, args.test_images)
+        if args.near_duplicate_rate is not None and not 0.0 <= args.near_duplicate_rate <= 1.0:
+            raise KitmDataError(f"--near_duplicate_rate must be in [0, 1]; got {args.near_duplicate_rate}.")
         claim_output(args.out, {"dataset": "synthetic", "num_scenes": args.num_scenes, "seed": args.seed,
                                 "image_size": args.image_size, "num_shards": args.num_shards,
                                 "relevance": list(args.relevance), "sentence_model": args.sentence_model,
-                                "neighbors_k": args.neighbors_k, **image_neighbor_parameters(image_neighbors)})
+                                "neighbors_k": args.neighbors_k, **image_neighbor_parameters(image_neighbors),
+                                **({} if counts is None else {"split_counts": counts}),
+                                **({} if args.near_duplicate_rate is None
+                                   else {"near_duplicate_rate": args.near_duplicate_rate}),
+                                **({} if args.image_features_run is None
+                                   else {"image_features_run": os.path.abspath(args.image_features_run)})})
+        features = None
+        if args.image_features_run is not None:
+            from kitm.serving.image_features import saved_model_image_features
+
+            try:
+                features = saved_model_image_features(args.image_features_run)
+            except (FileNotFoundError, ValueError) as error:
+                raise KitmDataError(f"--image_features_run={args.image_features_run}: {error}") from None
         return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,
-                               **rows)
+                               split_counts=counts, near_duplicate_rate=args.near_duplicate_rate,
+                               image_features=features, **rows)
     if args.dataset == "karpathy":
         from kitm.data.karpathy import build_karpathy
 

@@ -6,7 +6,7 @@ import io
 import os
 import pathlib
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -32,7 +32,10 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
                     captions_per_image: int = 5, num_shards: int = 4, progress: bool = True,
                     relevance: Sequence[str] = DEFAULT_SYNTHETIC_RELEVANCE, sentence_model: str | None = None,
                     neighbors_k: int = DEFAULT_NEIGHBORS_K,
-                    image_neighbors: ImageNeighborOptions | None = None) -> schema.DatasetInfo:
+                    image_neighbors: ImageNeighborOptions | None = None,
+                    split_counts: Sequence[int] | None = None, near_duplicate_rate: float | None = None,
+                    image_features: tuple[Callable[[np.ndarray], np.ndarray], dict] | None = None
+                    ) -> schema.DatasetInfo:
     """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
 
     Every record carries the world's exact relevance ("truth") and the relevance rows of `relevance`
@@ -41,12 +44,28 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
     scenes) the records also get image-space neighbour rows (Thomas & Kovashka's Img NNs). Shards that already exist are
     kept, so a killed build resumes; the world is regenerated from the seed, which is deterministic, so the
     remaining shards match the ones kept.
+
+    `split_counts` (train, val, test scenes) replaces the default 80/10/10 split; `near_duplicate_rate` (default the
+    generator's) sets how often a scene is an earlier one with one change, the knob of how many captions fit more
+    than one image. `image_features` = (encode, provenance), e.g. ``kitm.serving.image_features.
+    saved_model_image_features(run)``: the records then hold ``encode(images)`` (image mode "feature", a frozen
+    tower's features as VSE++'s precomputed ones) instead of PNG pixels; the pixel-space neighbour rows still come
+    from the pixels.
     """
     from kitm.data import synthetic  # the generator is only needed when building
 
     out = pathlib.Path(out)
+    world_options = {} if near_duplicate_rate is None else {"near_duplicate_rate": float(near_duplicate_rate)}
     world = synthetic.generate_world(num_scenes, seed=seed, image_size=image_size,
-                                     captions_per_image=captions_per_image, progress=progress)
+                                     captions_per_image=captions_per_image, split_counts=split_counts,
+                                     progress=progress, **world_options)
+    features = None
+    if image_features is not None:
+        encode, provenance = image_features
+        features = encode(world.images)
+        if features.shape[0] != num_scenes or features.ndim != 2 or not np.isfinite(features).all():
+            raise ValueError(f"The image feature extractor {provenance} gave {features.shape} values (finite: "
+                             f"{bool(np.isfinite(features).all())}) for {num_scenes} scenes; expected [scenes, F].")
     relevance_meta = {
         "truth": {
             "features": {
@@ -77,7 +96,8 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
                 yield make_example(
                     image_id=i, image_key=f"scene_{i:06d}", split=split, captions=world.captions[i],
                     caption_ids=[i * captions_per_image + k for k in range(captions_per_image)],
-                    image_encoded=encode_png(world.images[i]),
+                    image_encoded=None if features is not None else encode_png(world.images[i]),
+                    image_feature=None if features is None else features[i],
                     extra={schema.TRUTH_SCENE_FACTS: world.scene_facts[i],
                            schema.TRUTH_CAPTION_FACTS: world.caption_facts[i], **rows.features(split, position)})
 
@@ -86,10 +106,15 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         splits[split] = {"num_images": int(members.size), "shards": names, "bytes": sizes}
     bar.close()
     info = schema.DatasetInfo(
-        name="synthetic", captions_per_image=captions_per_image, image_mode="encoded", splits=splits,
+        name="synthetic", captions_per_image=captions_per_image,
+        image_mode="encoded" if features is None else "feature",
+        feature_dim=None if features is None else int(features.shape[1]), splits=splits,
         image_size=image_size, relevance=relevance_meta,
         source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
                 "image_size": image_size, "relevance_rows": list(relevance),
+                **({} if split_counts is None else {"split_counts": [int(c) for c in split_counts]}),
+                **world_options,
+                **({} if image_features is None else {"image_features": image_features[1]}),
                 **({"image_neighbors": image_neighbors.parameters()}
                    if image_neighbors is not None and image_neighbors.enabled else {})})
     schema.save_info(out, info)

@@ -5,9 +5,12 @@ refusal comes before any slow work (CIDEr-D, sentence embeddings) and names the 
 as a flag through the command line, as the builder's argument from Python.
 """
 
+import re
+
 import numpy as np
 import pytest
 
+from kitm.data import schema
 from kitm.data.build import main
 from kitm.data.flickr8k import build_flickr8k
 from kitm.data.synthetic_records import encode_png
@@ -67,3 +70,33 @@ def test_relevance_flag_takes_a_list_or_none(capsys):
         parse(["--dataset=flickr8k", "--out=x", "--relevance=cider,bleu"])
     assert exit_info.value.code == 2 and "Unknown relevance source(s) ['bleu']" in capsys.readouterr().err
 
+
+
+def test_synthetic_split_sizes_are_counts_or_fractions(tmp_path, capsys):
+    out = tmp_path / "world"
+    assert main(["--dataset=synthetic", f"--out={out}", "--num_scenes=40", "--val_images=5", "--test_images=0.25",
+                 "--relevance=none", "--quiet"]) == 0
+    info = schema.load_info(out)
+    assert {split: info.num_images(split) for split in info.splits} == {"train": 25, "val": 5, "test": 10}
+    assert info.source["split_counts"] == [25, 5, 10]
+    assert "test: 10 images" in capsys.readouterr().out
+
+
+def test_synthetic_split_sizes_default_to_the_world_s_own_split(tmp_path):
+    from kitm.data.build import synthetic_split_counts
+
+    assert synthetic_split_counts(100) is None  # the generator's 80/10/10, bit for bit
+    assert synthetic_split_counts(100, test_images="30") == [60, 10, 30]  # the other split keeps its 10%
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--val_images=30", "--test_images=10"], "Too few images for the split"),
+    (["--test_images=1.5"], "fraction must be below 1"),
+    (["--near_duplicate_rate=1.5"], "--near_duplicate_rate must be in"),
+    (["--image_features_run=/nonexistent/run"], "--image_features_run=/nonexistent/run: .* holds no SavedModel"),
+])
+def test_synthetic_build_refuses_bad_split_and_world_settings(tmp_path, capsys, flags, message):
+    code = main(["--dataset=synthetic", f"--out={tmp_path / 'w'}", "--num_scenes=40", "--relevance=none", "--quiet",
+                 *flags])
+    assert code == 2
+    assert re.search(message, capsys.readouterr().err)

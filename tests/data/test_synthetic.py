@@ -374,6 +374,28 @@ def test_splits_follow_the_fractions(world):
     np.testing.assert_array_equal(no_test.split_indices("val"), np.flatnonzero(no_test.splits == "val"))
 
 
+def test_split_counts_give_exact_splits_and_match_the_fractions_that_round_to_them():
+    world = generate_world(60, seed=3, split_counts=(20, 15, 25))
+    assert collections.Counter(world.splits.tolist()) == {"train": 20, "val": 15, "test": 25}
+    # 48 / 6 / 6 is what 0.8 / 0.1 / 0.1 of 60 rounds to: the same world, split for split.
+    by_counts = generate_world(60, seed=3, split_counts=(48, 6, 6))
+    np.testing.assert_array_equal(by_counts.splits, generate_world(60, seed=3).splits)
+    # The scenes do not depend on how they are split.
+    assert world.images.tobytes() == by_counts.images.tobytes()
+
+
+@pytest.mark.parametrize("counts", [(20, 15), (20, 15, 24), (0, 30, 30), (30, -1, 31), (20.0, 20.0, 20.0)])
+def test_bad_split_counts_are_refused(counts):
+    with pytest.raises(ValueError, match="split_counts"):
+        generate_world(60, seed=0, split_counts=counts)
+
+
+def test_near_duplicate_rate_moves_how_many_scenes_are_derived():
+    rates = [float((generate_world(300, seed=2, near_duplicate_rate=r).derived_from >= 0).mean())
+             for r in (0.0, 0.35, 0.7)]
+    assert rates[0] == 0.0 and rates[0] < rates[1] < rates[2]
+
+
 def test_near_duplicates_make_captions_fit_other_images(world):
     relevance = world.relevance()
     own_image = np.repeat(np.arange(500), 5)

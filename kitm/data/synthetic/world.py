@@ -74,8 +74,8 @@ class SyntheticWorld:
         )
 
 
-def _split_labels(num_scenes: int, fractions: Sequence[float], rng: np.random.Generator) -> np.ndarray:
-    names = ("train", "val", "test")
+def _split_counts(num_scenes: int, fractions: Sequence[float]) -> np.ndarray:
+    """Scenes per split (train, val, test) from fractions: rounded, every nonzero split at least one."""
     fractions = np.asarray(fractions, dtype=np.float64)
     if fractions.shape != (3,) or (fractions < 0).any() or not np.isclose(fractions.sum(), 1.0):
         raise ValueError(
@@ -95,8 +95,23 @@ def _split_labels(num_scenes: int, fractions: Sequence[float], rng: np.random.Ge
         donor = int(np.argmax(np.where(np.arange(3) == largest, -1, counts)))
         counts[donor] -= 1
         counts[largest] += 1
-    labels = np.repeat(np.array(names, dtype="<U5"), counts)
-    return labels[rng.permutation(num_scenes)]
+    return counts
+
+
+def _checked_counts(num_scenes: int, counts: Sequence[int]) -> np.ndarray:
+    """`split_counts` as given: three non-negative integers summing to `num_scenes`, at least one training scene."""
+    values = np.asarray(counts)
+    if (values.shape != (3,) or not np.issubdtype(values.dtype, np.integer) or (values < 0).any()
+            or int(values.sum()) != num_scenes or values[0] < 1):
+        raise ValueError(f"`split_counts` must be three non-negative integers (train, val, test) summing to "
+                         f"`num_scenes`={num_scenes}, with at least one training scene; got {list(counts)!r}.")
+    return values.astype(np.int64)
+
+
+def _split_labels(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each scene's split: `counts` labels per split in a seeded random order."""
+    labels = np.repeat(np.array(("train", "val", "test"), dtype="<U5"), counts)
+    return labels[rng.permutation(int(counts.sum()))]
 
 
 def generate_world(
@@ -107,6 +122,7 @@ def generate_world(
     captions_per_image: int = 5,
     near_duplicate_rate: float = 0.35,
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    split_counts: Sequence[int] | None = None,
     progress: bool = False,
 ) -> SyntheticWorld:
     """Generate a deterministic synthetic world (module docstring): scenes, images, captions, facts and splits.
@@ -118,6 +134,9 @@ def generate_world(
         captions_per_image: captions per scene, >= 1.
         near_duplicate_rate: probability that a scene (after the first) is an earlier scene with one change.
         split_fractions: fractions of train / val / test scenes; every nonzero split gets at least one scene.
+        split_counts: scenes of train / val / test instead of fractions (they sum to `num_scenes`), e.g. a test
+            split of 1,000 images whatever the world's size; the same counts in the same world give the same
+            splits as the fractions that round to them.
         progress: show a tqdm progress bar.
     """
     if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
@@ -136,7 +155,9 @@ def generate_world(
     scene_rng, caption_rng, render_rng, split_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(4)
     )
-    splits = _split_labels(num_scenes, split_fractions, split_rng)
+    counts = (_split_counts(num_scenes, split_fractions) if split_counts is None
+              else _checked_counts(num_scenes, split_counts))
+    splits = _split_labels(counts, split_rng)
 
     images = np.empty((num_scenes, image_size, image_size, 3), dtype=np.uint8)
     scene_facts = np.empty((num_scenes, MAX_OBJECTS, len(SCENE_FACT_FIELDS)), dtype=np.int32)
