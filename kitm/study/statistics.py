@@ -177,7 +177,7 @@ def paired_comparison(candidate: Mapping[int, float], baseline: Mapping[int, flo
 
 # ------------------------------------------------------------------------------------------------------- power
 
-ALPHA = 1.0 - CONFIDENCE  # the two-sided level of the paired t-test whose 95% interval the verdicts read
+ALPHA = round(1.0 - CONFIDENCE, 12)  # the two-sided level of the paired t-test whose 95% interval the verdicts read
 POWER = 0.8  # the power a study should have to detect the effect it looks for (Cohen's convention)
 MAX_SEEDS = 100_000  # seeds_needed gives up (None) beyond this
 
