@@ -18,9 +18,10 @@ pooled difference due to the test items alone, to set beside the seed-level stan
 
 A figure that sums means over several query sets is resampled per set: ``rsum`` = i2t R@1 + R@5 + R@10 (image
 queries) + t2i R@1 + R@5 + R@10 (caption queries), so one index matrix for the images, an independent one for the
-captions, and ``rsum* = sum of the six resampled means`` (:data:`COMPONENTS`). NaN queries (e.g. a CS query whose
-relevance is all tied) are left out of each mean, as in the figure itself. Vectorised: an index matrix of
-[resamples, queries], in chunks of resamples that keep each gathered matrix under :data:`CHUNK_ELEMENTS` numbers.
+captions, and ``rsum* = sum of the six resampled means`` (:func:`components`). NaN queries (e.g. a CS query whose
+relevance is all tied) are left out of each mean, as in the figure itself. Vectorised: index blocks of
+[resamples, queries] (each query set's own generator seeded by [:data:`BOOTSTRAP_SEED`, set number], drawn row by
+row, so the indices do not depend on the block size), each block at most :data:`CHUNK_ELEMENTS` numbers.
 """
 
 from __future__ import annotations
@@ -90,19 +91,13 @@ class QueryBootstrap:
 
 
 def _resampled_nanmeans(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """nanmean of ``values[indices[b]]`` for every row b of an index matrix [B, Q], in chunks of rows."""
-    out = np.empty(indices.shape[0], dtype=np.float64)
-    has_nan = bool(np.isnan(values).any())
-    rows = max(1, CHUNK_ELEMENTS // max(1, indices.shape[1]))
-    for start in range(0, indices.shape[0], rows):
-        block = values[indices[start:start + rows]]
-        if has_nan:
-            with warnings.catch_warnings():  # a resample of nothing but NaN queries: NaN, as the figure would be
-                warnings.simplefilter("ignore", RuntimeWarning)
-                out[start:start + rows] = np.nanmean(block, axis=1)
-        else:
-            out[start:start + rows] = block.mean(axis=1)
-    return out
+    """nanmean of ``values[indices[b]]`` for every row b of an index block [rows, Q]."""
+    block = values[indices]
+    if not np.isnan(values).any():
+        return block.mean(axis=1)
+    with warnings.catch_warnings():  # a resample of nothing but NaN queries: NaN, as the figure would be
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(block, axis=1)
 
 
 def _nanmean(values: np.ndarray) -> float:
@@ -133,22 +128,35 @@ def paired_bootstrap(candidate: Sequence[Mapping[str, np.ndarray]], baseline: Se
                                  f"{sizes[query_set]} queries; a paired bootstrap needs the same test queries.")
     if any(size == 0 for size in sizes.values()):
         raise ValueError(f"{metric}: no queries in the per-query data.")
-    rng = np.random.default_rng(rng_seed)
-    indices = {query_set: rng.integers(0, size, size=(resamples, size)) for query_set, size in sorted(sizes.items())}
-    sign = -1.0 if lower_is_better(metric) else 1.0
-    replicates = np.zeros((len(candidate), resamples), dtype=np.float64)
+    # One generator per query set, drawn block by block: the index matrix [resamples, Q] of a query set is the
+    # same whatever the block size (rows are drawn in order), and never held whole in memory.
+    generators = {query_set: np.random.default_rng([rng_seed, i]) for i, query_set in enumerate(sorted(sizes))}
+    rows = max(1, CHUNK_ELEMENTS // max(sizes.values()))
+    arrays = []  # per seed: [(values, query set)], a paired difference where neither side has NaN
     observed = np.zeros(len(candidate), dtype=np.float64)
     for i, (run, reference) in enumerate(zip(candidate, baseline)):
+        terms = []
         for name, query_set in parts.items():
             a = np.asarray(run[name], dtype=np.float64).reshape(-1)
             b = np.asarray(reference[name], dtype=np.float64).reshape(-1)
-            if not (np.isnan(a).any() or np.isnan(b).any()):  # paired differences: one gather instead of two
-                d = a - b
-                replicates[i] += _resampled_nanmeans(d, indices[query_set])
-                observed[i] += float(d.mean())
+            if not (np.isnan(a).any() or np.isnan(b).any()):  # mean(a[idx]) - mean(b[idx]) = mean((a - b)[idx])
+                terms.append((a - b, None, query_set))
+                observed[i] += float((a - b).mean())
             else:
-                replicates[i] += _resampled_nanmeans(a, indices[query_set]) - _resampled_nanmeans(b, indices[query_set])
+                terms.append((a, b, query_set))
                 observed[i] += _nanmean(a) - _nanmean(b)
+        arrays.append(terms)
+    replicates = np.zeros((len(candidate), resamples), dtype=np.float64)
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        block = {query_set: generators[query_set].integers(0, size, size=(stop - start, size))
+                 for query_set, size in sorted(sizes.items())}
+        for i, terms in enumerate(arrays):
+            for a, b, query_set in terms:
+                replicates[i, start:stop] += _resampled_nanmeans(a, block[query_set])
+                if b is not None:
+                    replicates[i, start:stop] -= _resampled_nanmeans(b, block[query_set])
+    sign = -1.0 if lower_is_better(metric) else 1.0
     replicates *= sign
     observed *= sign
     tail = 100.0 * (1.0 - confidence) / 2.0

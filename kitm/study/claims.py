@@ -229,8 +229,8 @@ def claim_outcome(parts: Sequence[ClaimPart], control: TruthControl | None = Non
         control_text = (f"the truth control `{control.configuration}` does not beat `{control.baseline}` on "
                         + "; ".join(describe_interval(p) for p in control.failing))
     below = [i for i, p in enumerate(parts) if p.kind == IMPROVES and p.excludes_paper_effect]
-    below_text = "; ".join(f"{describe_interval(parts[i])} excludes the paper's {_number(parts[i].paper_effect, parts[i].metric)}"
-                           for i in below)
+    below_text = "; ".join(f"{describe_interval(parts[i])} excludes the paper's "
+                           f"{_number(parts[i].paper_effect, parts[i].metric)}" for i in below)
 
     wrong = [i for i, p in enumerate(parts) if p.verdict == CONTRADICTS]
     if wrong:

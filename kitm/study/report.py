@@ -3,7 +3,9 @@
 ``report.json`` holds everything: the spec, every run (state, figures, wall times, failure, dataset, commands),
 per-configuration aggregates and paired comparisons against the baseline for every metric the runs have, the
 claims with the numbers behind each verdict, the warnings, and the commands that regenerate the study.
-``report.md`` shows the spec's metrics (or the default list, :func:`kitm.study.metrics.default_metrics`).
+``report.md`` opens with a summary table, one row per claim (verdict, the interval it rests on, the paper's gain,
+the seeds that gain needs), then each claim's parts with their interval, the paper's effect, the power columns and
+the per-query bootstrap, then the spec's metrics (or the default list, :func:`kitm.study.metrics.default_metrics`).
 """
 
 from __future__ import annotations

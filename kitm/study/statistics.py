@@ -1,4 +1,4 @@
-"""Statistics of a multi-seed study: t intervals over seeds and paired comparisons against a baseline.
+"""Statistics of a multi-seed study: t intervals over seeds, paired comparisons against a baseline, their power.
 
 Pure numpy/scipy (no TensorFlow), on the handful of numbers a study produces (one figure per run).
 
@@ -18,6 +18,14 @@ non-zero differences the exact Wilcoxon p is at least ``2 / 2^n`` (every differe
 n = 3, 0.0625 for n = 5, 0.03125 for n = 6, so below 6 seeds it can never reach 0.05
 (:func:`wilcoxon_smallest_p`). Degenerate cases are decided here, not by scipy's warnings: all differences zero ->
 both p = 1; all differences equal and non-zero -> t-test p = 0 (t is infinite) and a zero-width interval.
+
+**Power** (:func:`paired_t_power`, :func:`detectable_effect`, :func:`seeds_needed`). How large a true mean
+improvement delta the paired comparison can see: with the observed SD of the differences, the two-sided paired
+t-test at alpha 0.05 (the same event as the 95% interval excluding 0) rejects with probability
+``P(|T| > t_c)``, ``T ~ nct(n - 1, delta sqrt(n) / sd)``, computed exactly from scipy's noncentral t. Reported per
+claim part: the smallest delta with power 0.8 at the study's seeds, and the smallest number of seeds whose power
+reaches 0.8 for the paper's reported gain. The observed SD from a handful of seeds is itself uncertain (with 4
+seeds, its 95% interval spans about 0.57 to 3.7 times it), so these are planning figures, not guarantees.
 
 **Orientation.** ``improvement`` is the difference turned so that positive is better: ``d`` for metrics where
 higher is better, ``-d`` for rank metrics (medr, meanr; :func:`kitm.study.metrics.lower_is_better`). Claim

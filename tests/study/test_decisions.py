@@ -168,8 +168,9 @@ def _loop_bootstrap(candidate, baseline, metric, resamples, rng_seed):
     sizes = {}
     for name, query_set in parts.items():
         sizes[query_set] = len(candidate[0][name])
-    rng = np.random.default_rng(rng_seed)
-    indices = {q: rng.integers(0, size, size=(resamples, size)) for q, size in sorted(sizes.items())}
+    # each query set's generator, seeded [rng_seed, its position among the sorted set names], all rows at once
+    indices = {q: np.random.default_rng([rng_seed, i]).integers(0, size, size=(resamples, size))
+               for i, (q, size) in enumerate(sorted(sizes.items()))}
     out = np.zeros((len(candidate), resamples))
     for b in range(resamples):
         for s, (run, reference) in enumerate(zip(candidate, baseline)):
