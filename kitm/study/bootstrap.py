@@ -3,8 +3,8 @@
 The seed-level t interval of :mod:`kitm.study.statistics` varies the training (seeds) with the test items fixed.
 This module varies the test items with the trained models fixed: each run's evaluation leaves
 ``<eval json stem>.per_query.npz`` beside its eval JSON (``study_eval.per_query.npz``), where
-``np.load(path)[metric]`` is the metric's value for every query (an image for ``i2t_``, a caption for ``t2i_``)
-and its nanmean is the figure in the JSON. Figures that are not means over queries (medr, meanr, rsum, the
+``np.load(path)[metric]`` is the metric's value for every query in kitm.eval's order (image q for ``i2t_``,
+caption q for ``t2i_``; CS's t2i queries are one caption per image) and its nanmean is the figure in the JSON. Figures that are not means over queries (medr, meanr, rsum, the
 neighbourhood preservation NP_*) are not in it.
 
 **Paired bootstrap** (:func:`paired_bootstrap`). For B = 2,000 resamples, draw Q query indices with replacement
@@ -51,8 +51,10 @@ def per_query_path(eval_json: str | pathlib.Path) -> pathlib.Path:
 
 
 def components(metric: str) -> dict[str, str]:
-    """{per-query metric: query set} whose nanmeans sum to `metric`: rsum -> the six R@K (query sets "i2t",
-    "t2i"); a directional metric -> itself on its direction's queries; anything else -> itself on its own set."""
+    """{per-query metric: query set} whose nanmeans sum to `metric`: rsum -> the six R@K (query sets "i2t": the
+    images, "t2i": the captions); a directional metric -> itself on its direction's queries (named by the
+    direction: the array's own entries, whatever they are); anything else -> itself on its own set. Arrays of one
+    query set are resampled with the same indices and must have the same length."""
     if metric == RSUM:
         return {name: name.split("_", 1)[0] for name in RSUM_COMPONENTS}
     direction = parse_metric(metric)[0]
