@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import zipfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,7 +60,7 @@ class StudyAnalysis:
         if result.per_query not in self.per_query_cache:
             try:
                 self.per_query_cache[result.per_query] = query_bootstrap.load_per_query(result.per_query)
-            except (OSError, ValueError) as error:  # a truncated or foreign file: reported, not fatal
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated or foreign: reported
                 self.warnings.append(f"{result.per_query}: cannot be read ({error}); no per-query bootstrap")
                 self.per_query_cache[result.per_query] = None
         data = self.per_query_cache[result.per_query]

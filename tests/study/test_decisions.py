@@ -412,3 +412,9 @@ def test_per_query_file_that_disagrees_with_the_eval_json_is_not_used(tmp_path):
     parts = json.loads((study / "report.json").read_text())["claims"][0]["parts"]
     assert parts[0]["bootstrap"] is None and "has mean" in parts[0]["bootstrap_note"]
     assert parts[1]["bootstrap"] is not None  # t2i_NCS@10 matches its figure
+    broken = study / "runs" / "base" / "seed_0" / "study_eval.per_query.npz"
+    broken.write_bytes(b"PK\x03\x04 not a zip")  # a truncated file: a warning, the other seed still used
+    assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
+    report = json.loads((study / "report.json").read_text())
+    assert any(str(broken) in warning and "cannot be read" in warning for warning in report["warnings"])
+    assert report["claims"][0]["parts"][1]["bootstrap"]["seeds"] == [1]
