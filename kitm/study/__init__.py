@@ -8,26 +8,41 @@
 - :mod:`kitm.study.commands`: the launcher and kitm.eval command lines, their environment, flag overrides;
 - :mod:`kitm.study.runs`: a run's folder, status file and state; :mod:`kitm.study.runner`: running them;
 - :mod:`kitm.study.results`: what each run left; :mod:`kitm.study.metrics`: its figures and their orientation;
-- :mod:`kitm.study.statistics`: t intervals, paired t and Wilcoxon tests (numpy/scipy only);
-- :mod:`kitm.study.claims`: verdict rules; :mod:`kitm.study.analysis`: all the numbers of a report;
+- :mod:`kitm.study.statistics`: t intervals, paired t and Wilcoxon tests, their power (numpy/scipy only);
+- :mod:`kitm.study.bootstrap`: the per-query paired bootstrap within runs (the test split's share of the spread);
+- :mod:`kitm.study.claims`: verdict rules (against 0, the tolerance, the paper's effect and a truth control); :mod:`kitm.study.analysis`: all the numbers of a report;
 - :mod:`kitm.study.report`, :mod:`kitm.study.plots`: the report files; :mod:`kitm.study.cli`: the command.
 
 Nothing here imports TensorFlow or absl: the training happens in the subprocesses.
 """
 
-from kitm.study.claims import claim_verdict, improves_verdict, keeps_verdict
+from kitm.study.bootstrap import paired_bootstrap
+from kitm.study.claims import claim_outcome, claim_verdict, improves_verdict, keeps_verdict
 from kitm.study.spec import SpecError, StudySpec, load_spec
-from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+from kitm.study.statistics import (
+    Interval,
+    PairedComparison,
+    detectable_effect,
+    paired_comparison,
+    paired_t_power,
+    seeds_needed,
+    t_interval,
+)
 
 __all__ = [
     "Interval",
     "PairedComparison",
     "SpecError",
     "StudySpec",
+    "claim_outcome",
     "claim_verdict",
+    "detectable_effect",
     "improves_verdict",
     "keeps_verdict",
     "load_spec",
+    "paired_bootstrap",
     "paired_comparison",
+    "paired_t_power",
+    "seeds_needed",
     "t_interval",
 ]

@@ -1,15 +1,23 @@
 """From the runs' results to the study's numbers: per-configuration intervals, paired comparisons, claim verdicts,
 and the warnings a reader needs before trusting them (runs on different data, overridden flags, missing metrics).
 
-Formulas: :mod:`kitm.study.statistics`; verdict rules: :mod:`kitm.study.claims`.
+Formulas: :mod:`kitm.study.statistics`; verdict rules: :mod:`kitm.study.claims`; the per-query bootstrap of each
+claim part: :mod:`kitm.study.bootstrap`, from the runs' ``study_eval.per_query.npz`` files, each checked against its
+eval JSON (the nanmean of a metric's per-query values must be the figure the JSON gives).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import pathlib
+import zipfile
 from collections.abc import Sequence
 
+import numpy as np
+
+from kitm.study import bootstrap as query_bootstrap
 from kitm.study import claims as claim_rules
 from kitm.study import runs
 from kitm.study.commands import overridden_common_flags
@@ -39,6 +47,62 @@ class StudyAnalysis:
     flag_differences: dict[str, dict[str, tuple[object, object]]]  # vs the baseline: flag -> (baseline, this)
     datasets: list[dict]  # distinct datasets the done runs used, with the configurations on each
     warnings: list[str]
+
+    per_query_cache: dict[pathlib.Path, dict[str, np.ndarray] | None] = dataclasses.field(default_factory=dict)
+
+    def per_query(self, configuration: str, seed: int, metric: str) -> tuple[dict[str, np.ndarray] | None, str]:
+        """The per-query arrays of :func:`kitm.study.bootstrap.components` of `metric` for one done run, or
+        (None, why not): no per-query file, the metric is not in it, or it disagrees with the run's figures."""
+        result = next((r for r in self.results if r.configuration == configuration and r.seed == seed and r.done),
+                      None)
+        if result is None or result.per_query is None:
+            return None, "no per-query data"
+        if result.per_query not in self.per_query_cache:
+            try:
+                self.per_query_cache[result.per_query] = query_bootstrap.load_per_query(result.per_query)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated or foreign: reported
+                self.warnings.append(f"{result.per_query}: cannot be read ({error}); no per-query bootstrap")
+                self.per_query_cache[result.per_query] = None
+        data = self.per_query_cache[result.per_query]
+        if data is None:
+            return None, "no per-query data"
+        arrays = {}
+        for name in query_bootstrap.components(metric):
+            if name not in data:
+                return None, f"no per-query {name}"
+            figure = result.figures.get(name)
+            with np.errstate(all="ignore"):
+                mean = float(np.nanmean(data[name])) if np.isfinite(data[name]).any() else math.nan
+            if figure is None or not math.isclose(mean, figure, rel_tol=1e-4, abs_tol=1e-6):
+                return None, (f"per-query {name} of {configuration}/seed_{seed} has mean {mean:.6g}, the eval JSON "
+                              f"{figure}")
+            arrays[name] = data[name]
+        return arrays, ""
+
+    def bootstrap(self, configuration: str, baseline: str, metric: str) -> tuple[query_bootstrap.QueryBootstrap | None,
+                                                                                   str]:
+        """Paired per-query bootstrap of `metric` over the seeds both configurations have with per-query data;
+        (None, why not) when no seed has it."""
+        seeds = sorted({r.seed for r in self.results if r.configuration == configuration and r.done}
+                       & {r.seed for r in self.results if r.configuration == baseline and r.done})
+        candidate, reference, used, reasons = [], [], [], []
+        for seed in seeds:
+            a, why_a = self.per_query(configuration, seed, metric)
+            b, why_b = self.per_query(baseline, seed, metric)
+            if a is None or b is None:
+                reasons.append(why_a or why_b)
+                continue
+            candidate.append(a)
+            reference.append(b)
+            used.append(seed)
+        if not used:
+            return None, "; ".join(sorted(set(reasons))) or "no paired runs"
+        try:
+            result = query_bootstrap.paired_bootstrap(candidate, reference, metric, seeds=used)
+        except ValueError as error:
+            return None, str(error)
+        missing = len(seeds) - len(used)
+        return result, (f"{missing} of {len(seeds)} paired seeds without per-query data" if missing else "")
 
     def comparison(self, configuration: str, baseline: str, metric: str) -> PairedComparison | None:
         """Paired comparison of two configurations on `metric`; None when neither has figures for it."""
@@ -171,9 +235,16 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int])
         for metric in (*claim.improves, *claim.keeps):
             if metric not in available and available:
                 warnings.append(f"claim {claim.name!r}: metric {metric!r} is in no run's evaluation")
-        analysis.claims.append(claim_rules.judge_claim(claim.name, claim.configuration, claim.baseline,
-                                                       list(claim.improves), list(claim.keeps),
-                                                       claim.keep_tolerance, analysis.comparison))
+        if claim.truth_control is not None:
+            for metric in claim.truth_control_metrics:
+                if metric not in available and available:
+                    warnings.append(f"claim {claim.name!r}: truth-control metric {metric!r} is in no run's "
+                                    "evaluation")
+        analysis.claims.append(claim_rules.judge_claim(
+            claim.name, claim.configuration, claim.baseline, list(claim.improves), list(claim.keeps),
+            claim.keep_tolerance, analysis.comparison, paper_effect=claim.paper_effect,
+            paper_effect_source=claim.paper_effect_source, truth_control=claim.truth_control,
+            truth_control_metrics=claim.truth_control_metrics, bootstrap=analysis.bootstrap))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])
     warnings += _data_warnings([r for r in results if r.done], analysis.datasets)

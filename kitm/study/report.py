@@ -3,7 +3,9 @@
 ``report.json`` holds everything: the spec, every run (state, figures, wall times, failure, dataset, commands),
 per-configuration aggregates and paired comparisons against the baseline for every metric the runs have, the
 claims with the numbers behind each verdict, the warnings, and the commands that regenerate the study.
-``report.md`` shows the spec's metrics (or the default list, :func:`kitm.study.metrics.default_metrics`).
+``report.md`` opens with a summary table, one row per claim (verdict, the interval it rests on, the paper's gain,
+the seeds that gain needs), then each claim's parts with their interval, the paper's effect, the power columns and
+the per-query bootstrap, then the spec's metrics (or the default list, :func:`kitm.study.metrics.default_metrics`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from kitm.study import commands
 from kitm.study.analysis import StudyAnalysis
 from kitm.files import write_json_atomically, write_text_atomically
 from kitm.study.metrics import decimals, lower_is_better
-from kitm.study.statistics import CONFIDENCE, Interval, t_quantile, wilcoxon_smallest_p
+from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
+from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -64,6 +67,83 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in escaped)]
 
 
+def _paper_effect_text(part: claim_rules.ClaimPart) -> str:
+    return "-" if part.paper_effect is None else f"+{_number(part.paper_effect, decimals(part.metric))}"
+
+
+def _seeds_for_paper(part: claim_rules.ClaimPart) -> str:
+    if part.paper_effect is None or part.power is None:
+        return "-"
+    needed = part.power.seeds_for_effect
+    return f"> {MAX_SEEDS}" if needed is None and math.isfinite(part.power.sd) else (
+        "n/a" if needed is None else str(needed))
+
+
+def _bootstrap_text(part: claim_rules.ClaimPart, digits: int) -> str:
+    """Pooled per-query bootstrap difference [95% percentile interval], or why there is none."""
+    resampled = part.bootstrap
+    if resampled is None:
+        return part.bootstrap_note or "no per-query data"
+    text = (f"{_number(resampled.pooled, digits)} [{_number(resampled.pooled_low, digits)}, "
+            f"{_number(resampled.pooled_high, digits)}]")
+    return text + (f" ({part.bootstrap_note})" if part.bootstrap_note else "")
+
+
+def _spread_text(part: claim_rules.ClaimPart, digits: int) -> str:
+    """Standard error of the mean improvement over the test items (bootstrap) and over the seeds (s / sqrt(n))."""
+    items = "n/a" if part.bootstrap is None else _number(part.bootstrap.pooled_se, digits)
+    seeds = "n/a"
+    if part.comparison is not None and part.comparison.improvement.defined:
+        interval = part.comparison.improvement
+        seeds = _number(interval.std / math.sqrt(interval.n), digits)
+    return f"{items} / {seeds}"
+
+
+def _per_seed_text(part: claim_rules.ClaimPart, digits: int) -> str:
+    resampled = part.bootstrap
+    if resampled is None:
+        return "-"
+    return "; ".join(f"{seed}: {_number(d, digits)} [{_number(lo, digits)}, {_number(hi, digits)}]"
+                     for seed, d, lo, hi in zip(resampled.seeds, resampled.observed, resampled.low, resampled.high))
+
+
+def key_interval(claim: claim_rules.ClaimResult) -> str:
+    """The interval the claim's verdict rests on: ``metric mean [low, high] (n = 4)``."""
+    part = claim.key_part
+    if part is None:
+        return "-"
+    n = 0 if part.comparison is None else len(part.comparison.seeds)
+    return f"{claim_rules.describe_interval(part)} (n = {n})"
+
+
+def _summary_section(analysis: StudyAnalysis) -> list[str]:
+    if not analysis.claims:
+        return []
+    rows = []
+    for claim in analysis.claims:
+        part = claim.key_part
+        paper = "-" if part is None or part.paper_effect is None else (
+            f"{part.metric} +{_number(part.paper_effect, decimals(part.metric))}"
+            + (f" ({claim.paper_effect_source})" if claim.paper_effect_source else ""))
+        seeds = "-" if part is None else _seeds_for_paper(part)
+        rows.append([claim.name, f"**{claim.verdict}**", key_interval(claim), paper, seeds])
+    return ["## Summary", "",
+            f"One row per claim: its verdict (rules below), the {CONFIDENCE:.0%} t interval of the paired improvement "
+            "the verdict rests on, the paper's own gain for that metric, and the seeds the observed spread needs to "
+            f"detect it (two-sided paired t-test, alpha {ALPHA:.2f}, power {POWER:.1f}).", "",
+            *_table(["claim", "verdict", "key interval [95% CI]", "paper's effect", "seeds for the paper's effect"],
+                    rows), ""]
+
+
+def _control_lines(claim: claim_rules.ClaimResult) -> list[str]:
+    control = claim.truth_control
+    if control is None:
+        return []
+    intervals = "; ".join(claim_rules.describe_interval(part) for part in control.parts)
+    return [f"Truth control `{control.configuration}` against `{control.baseline}`: **{control.verdict}** "
+            f"({intervals}).", ""]
+
+
 def _claims_section(analysis: StudyAnalysis) -> list[str]:
     lines = ["## Claims", ""]
     if not analysis.claims:
@@ -72,21 +152,49 @@ def _claims_section(analysis: StudyAnalysis) -> list[str]:
         lines += [f"### {claim.name}: **{claim.verdict}**", "",
                   f"`{claim.configuration}` against `{claim.baseline}`; improvement = {claim.configuration} - "
                   f"{claim.baseline} (negated where lower is better), mean [{CONFIDENCE:.0%} t interval] over the "
-                  "paired seeds.", ""]
-        rows = []
+                  "paired seeds.", "", f"Why: {claim.reason}.", ""]
+        if claim.paper_effect_source:
+            lines += [f"The paper's effects: {claim.paper_effect_source}.", ""]
+        lines += _control_lines(claim)
+        rows, power_rows = [], []
         for part in claim.parts:
             digits = decimals(part.metric)
             comparison = part.comparison
             rule = ("improves (interval > 0)" if part.kind == claim_rules.IMPROVES
                     else f"keeps (lower bound >= -{_number(part.tolerance, digits)})")
+            verdict = f"**{part.verdict}**" + (", excludes the paper's effect" if part.excludes_paper_effect else "")
             if comparison is None:
-                rows.append([part.metric, rule, "0", "no figures", "n/a", "n/a", f"**{part.verdict}**"])
+                rows.append([part.metric, rule, "0", "no figures", _paper_effect_text(part), "n/a", "n/a",
+                             verdict])
                 continue
             rows.append([part.metric, rule, str(len(comparison.seeds)),
-                         interval_text(comparison.improvement, digits), _p(comparison.t_test_p),
-                         _p(comparison.wilcoxon_p), f"**{part.verdict}**" + (f" ({part.note})" if part.note else "")])
-        lines += _table(["metric", "rule", "n", "improvement [95% CI]", "t-test p", "Wilcoxon p", "verdict"], rows)
+                         interval_text(comparison.improvement, digits), _paper_effect_text(part),
+                         _p(comparison.t_test_p), _p(comparison.wilcoxon_p),
+                         verdict + (f" ({part.note})" if part.note else "")])
+            power = part.power
+            power_rows.append([part.metric, _number(power.sd, digits), _number(power.detectable, digits),
+                               "-" if part.paper_effect is None else _number(power.power_at_effect, 2),
+                               _seeds_for_paper(part), _bootstrap_text(part, digits), _spread_text(part, digits),
+                               _per_seed_text(part, digits)])
+        lines += _table(["metric", "rule", "n", "improvement [95% CI]", "paper's effect", "t-test p", "Wilcoxon p",
+                         "verdict"], rows)
         lines.append("")
+        if power_rows:
+            n = max(len(p.comparison.seeds) for p in claim.parts if p.comparison is not None)
+            lines += _table(["metric", "SD of paired differences", f"detectable at n = {n}",
+                             "power at the paper's effect", "seeds for the paper's effect",
+                             "per-query bootstrap, pooled [95%]", "SE: test items / seeds",
+                             "per-query bootstrap per seed"], power_rows)
+            lines.append("")
+    lines += ["Power columns: the observed SD of the paired differences (ddof 1), the smallest true improvement the "
+              f"two-sided paired t-test detects with power {POWER:.1f} at alpha {ALPHA:.2f} with the paired seeds, "
+              "the power at the paper's gain, and the smallest number of seeds whose power reaches "
+              f"{POWER:.1f} for it (exact noncentral t). Per-query bootstrap: the test queries resampled "
+              f"{RESAMPLES} times (same queries for candidate and baseline and for every seed; rsum resamples image "
+              "and caption queries independently), the mean over seeds of the difference of means with its 95% "
+              "percentile interval; it varies the test items with the trained models fixed, where the t interval "
+              "varies the seeds with the test items fixed. SE: the standard error of the mean improvement over "
+              "test items (bootstrap SD) and over seeds (s / sqrt(n)).", ""]
     return lines
 
 
@@ -223,6 +331,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
              f"{kitm.__version__}. {done} of {len(analysis.results)} runs evaluated; seeds "
              f"{', '.join(map(str, analysis.seeds))}; baseline `{spec.baseline}`; evaluation on split "
              f"`{spec.evaluation.split}` with relevance `{spec.evaluation.relevance}`.", ""]
+    lines += _summary_section(analysis)
     if analysis.warnings:
         lines += ["## Warnings", "", *(f"- {warning}" for warning in analysis.warnings), ""]
     lines += _claims_section(analysis)
@@ -267,6 +376,14 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                                                                    for m, comparison in per_metric.items()}}
                         for c, per_metric in analysis.comparisons.items()},
         "claims": [claim.as_dict() for claim in analysis.claims],
+        "claims_summary": [{"name": claim.name, "verdict": claim.verdict, "key_interval": key_interval(claim),
+                            "paper_effect": None if claim.key_part is None else claim.key_part.paper_effect,
+                            "paper_effect_source": claim.paper_effect_source}
+                           for claim in analysis.claims],
+        "claim_outcomes": list(claim_rules.OUTCOMES),
+        "power": {"alpha": ALPHA, "power": POWER, "test": "two-sided paired t-test, exact noncentral t"},
+        "bootstrap": {"resamples": RESAMPLES, "rng_seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE,
+                      "file": f"<eval json stem>{PER_QUERY_SUFFIX}"},
         "agreement": agreement,
         "verdict_rules": list(claim_rules.RULES),
         "flag_differences": {c: {name: {"baseline": before, "configuration": after}

@@ -1,6 +1,8 @@
 """What each run of a study left on disk: its state, figures, wall times, failure, flags and dataset.
 
-Read-only: the report is built from these, so ``--report_only`` and a full invocation report the same way.
+Read-only: the report is built from these, so ``--report_only`` and a full invocation report the same way. A
+run's per-query figures (``study_eval.per_query.npz``, :mod:`kitm.study.bootstrap`) are only located here; the
+analysis reads them when a claim needs them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import dataclasses
 import pathlib
 
 from kitm.study import commands, runs
+from kitm.study.bootstrap import per_query_path
 from kitm.files import read_json
 from kitm.study.metrics import run_figures
 from kitm.study.runs import RunPlan
@@ -30,6 +33,7 @@ class RunResult:
     kitm_source: str | None  # fingerprint of the kitm sources that trained it (None: not trained by the study)
     launch_command: str
     eval_command: str
+    per_query: pathlib.Path | None = None  # <eval json stem>.per_query.npz beside the eval JSON, when it exists
 
     @property
     def done(self) -> bool:
@@ -42,7 +46,8 @@ class RunResult:
                             "launcher_total": self.launcher_seconds},
                 "failure": self.failure, "dataset": self.dataset, "kitm_source": self.kitm_source,
                 "launch_command": self.launch_command,
-                "eval_command": self.eval_command}
+                "eval_command": self.eval_command,
+                "per_query": None if self.per_query is None else str(self.per_query)}
 
 
 def _dataset(summary: dict | None, split: str) -> dict | None:
@@ -71,6 +76,8 @@ def collect(plan: RunPlan, split: str) -> RunResult:
     elif state == runs.FAILED:
         failure = {"stage": status.get("failed_stage"), "returncode": status.get("returncode"),
                    "log_tail": status.get("log_tail") or ""}
+    per_query = per_query_path(plan.eval_json) if state == runs.DONE else None
+    per_query = per_query if per_query is not None and per_query.is_file() else None
     summary = read_json(plan.summary_json)
     summary = summary if isinstance(summary, dict) else None
     launcher_seconds = None
@@ -82,4 +89,5 @@ def collect(plan: RunPlan, split: str) -> RunResult:
         launcher_seconds=launcher_seconds, failure=failure,
         flags=summary.get("flags") if summary is not None else None, dataset=_dataset(summary, split),
         kitm_source=runs.trained_by(status),
-        launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args))
+        launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args),
+        per_query=per_query)

@@ -46,6 +46,15 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     keeps = ["i2t_R@1", "t2i_R@1"]
     keep_tolerance = 1.0              # in the metric's units (percent points); or one per metric:
                                       # keep_tolerance = {"i2t_R@1" = 1.0, "t2i_R@1" = 1.5} (quote keys with '@')
+    paper_effect = {"i2t_NCS@10" = 3.1, "t2i_NCS@10" = 2.4}   # optional: the paper's own gain for (some of) the
+                                      # 'improves' metrics, a number > 0 in the metric's units, as an improvement
+                                      # (for medr/meanr: the fall in rank); fixed here before any run
+    paper_effect_source = "Biten et al. 2022, Table 1"    # required with paper_effect: where the numbers come from
+    truth_control = "sam_truth"       # optional: the same method trained on the world's exact relevance; if it
+                                      # does not beat the claim's baseline, graded relevance cannot help here
+    truth_control_metrics = ["i2t_NCS@10"]  # default: the claim's 'improves'
+
+Verdicts on these keys: :mod:`kitm.study.claims`.
 
 The launch command of a run is ``python -m kitm.launch <common_flags> <configuration flags> --seed=<s>
 --run_dir=<out>/runs/<configuration>/seed_<s> --progress=false``. absl reads flags left to right, a later flag
@@ -87,7 +96,8 @@ _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags"}
-_CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance"}
+_CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance", "paper_effect",
+               "paper_effect_source", "truth_control", "truth_control_metrics"}
 
 
 class SpecError(ValueError):
@@ -136,11 +146,17 @@ class Claim:
     improves: tuple[str, ...]
     keeps: tuple[str, ...]
     keep_tolerance: Mapping[str, float]  # one entry per metric of `keeps`
+    paper_effect: Mapping[str, float] = dataclasses.field(default_factory=dict)  # improves metric -> paper's gain
+    paper_effect_source: str | None = None
+    truth_control: str | None = None  # a configuration: the claim's method on the exact relevance
+    truth_control_metrics: tuple[str, ...] = ()  # empty without a truth_control
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "configuration": self.configuration, "baseline": self.baseline,
                 "improves": list(self.improves), "keeps": list(self.keeps),
-                "keep_tolerance": dict(self.keep_tolerance)}
+                "keep_tolerance": dict(self.keep_tolerance), "paper_effect": dict(self.paper_effect),
+                "paper_effect_source": self.paper_effect_source, "truth_control": self.truth_control,
+                "truth_control_metrics": list(self.truth_control_metrics)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,5 +415,59 @@ def _parse_claim(check: _Checker, index: int, entry: object, names: list[str], d
             tolerances = {metric: value for metric in keeps}
     elif "keep_tolerance" in entry:
         raise check.fail(f"{key}.keep_tolerance", "given without any 'keeps' metric.")
+    paper_effect, source = _paper_effect(check, key, entry, improves)
+    truth_control, control_metrics = _truth_control(check, key, entry, names, baseline, improves)
     return Claim(name=name, configuration=configuration, baseline=baseline, improves=improves, keeps=keeps,
-                 keep_tolerance=tolerances)
+                 keep_tolerance=tolerances, paper_effect=paper_effect, paper_effect_source=source,
+                 truth_control=truth_control, truth_control_metrics=control_metrics)
+
+
+def _paper_effect(check: _Checker, key: str, entry: Mapping[str, object],
+                  improves: tuple[str, ...]) -> tuple[dict[str, float], str | None]:
+    """``paper_effect = {metric = gain}`` (each an 'improves' metric, gain > 0) and its ``paper_effect_source``."""
+    if "paper_effect" not in entry:
+        if "paper_effect_source" in entry:
+            raise check.fail(f"{key}.paper_effect_source", "given without 'paper_effect'.")
+        return {}, None
+    raw = entry["paper_effect"]
+    if not isinstance(raw, Mapping) or not raw:
+        raise check.fail(f"{key}.paper_effect", "must be a table {metric = the paper's gain} with at least one "
+                                                f"'improves' metric; got {_describe(raw)}.")
+    effects = {}
+    for metric, value in raw.items():
+        if metric not in improves:
+            raise check.fail(f"{key}.paper_effect.{metric}", "is not one of the claim's 'improves' metrics "
+                                                             f"({', '.join(improves) or 'none'}).")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value <= 0:
+            raise check.fail(f"{key}.paper_effect.{metric}", "must be a number > 0 (the paper's gain in the "
+                                                             f"metric's units, as an improvement); got "
+                                                             f"{_describe(value)}.")
+        effects[metric] = float(value)
+    if "paper_effect_source" not in entry:
+        raise check.fail(f"{key}.paper_effect_source", "missing: 'paper_effect' needs the table it comes from "
+                                                       '(e.g. "Zhou et al. 2020, Table 2").')
+    return effects, check.string(entry["paper_effect_source"], f"{key}.paper_effect_source")
+
+
+def _truth_control(check: _Checker, key: str, entry: Mapping[str, object], names: list[str], baseline: str,
+                   improves: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """``truth_control`` (a configuration other than the claim's baseline) and ``truth_control_metrics``."""
+    if "truth_control" not in entry:
+        if "truth_control_metrics" in entry:
+            raise check.fail(f"{key}.truth_control_metrics", "given without 'truth_control'.")
+        return None, ()
+    control = check.string(entry["truth_control"], f"{key}.truth_control")
+    if control not in names:
+        raise check.fail(f"{key}.truth_control", f"{control!r} is not a configuration (configurations: "
+                                                 f"{', '.join(names)}).")
+    if control == baseline:
+        raise check.fail(f"{key}.truth_control", f"{control!r} is the claim's baseline: the control is compared "
+                                                 "with it.")
+    metrics = check.strings(entry.get("truth_control_metrics", list(improves)), f"{key}.truth_control_metrics")
+    if not metrics:
+        raise check.fail(f"{key}.truth_control_metrics", "the control needs at least one metric it must improve "
+                                                         "(default: the claim's 'improves', which is empty).")
+    if len(set(metrics)) != len(metrics):
+        raise check.fail(f"{key}.truth_control_metrics", f"repeats a metric: {list(metrics)}.")
+    return control, metrics
