@@ -8,12 +8,16 @@ links that lead somewhere.
   page (`methods.md#sam`) names a heading that page has (GitHub's anchors: lower case, punctuation dropped,
   spaces as hyphens).
 - Every `docs/<page>.md#<anchor>` that kitm's docstrings, comments and flag help point to exists.
+- Where mkdocs is installed (`pip install -e ".[docs]"`), the site of mkdocs.yml builds with `--strict`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -126,3 +130,17 @@ def test_the_anchor_rule_is_githubs():
     assert github_anchor("Comparing configurations over seeds: `python -m kitm.study`") == (
         "comparing-configurations-over-seeds-python--m-kitmstudy")
     assert github_anchor("Does each method work?") == "does-each-method-work"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason='mkdocs is not installed (pip install -e ".[docs]")')
+def test_the_site_builds_strictly(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                             str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_site_lists_every_page_that_exists():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    missing = [path.name for path in DOCS.glob("*.md") if f": {path.name}" not in nav]
+    assert not missing, f"add these pages to mkdocs.yml's nav: {missing}"
