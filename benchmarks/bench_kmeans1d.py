@@ -5,7 +5,7 @@ One adaptive-ladder training step clusters every row of a B x B relevance matrix
 stack inside one XLA computation; the reference (what the ladder-loss code does with
 faiss/scikit-learn) fits KMeans and computes silhouette_score for every row and every k in a Python
 loop.  Two row sets: "as the loss" (each query's positive masked out: kitm's AdaptiveLadderLoss
-clusters the negatives only, METHODS.md) and "whole rows" (the positive included, as the reference
+clusters the negatives only, docs/methods.md#adaptive-ladder) and "whole rows" (the positive included, as the reference
 code clusters).
 
 Matrices: cosine similarities of independent random unit vectors, and (unless --no-sbert) the SBERT

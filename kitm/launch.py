@@ -114,7 +114,7 @@ flags.DEFINE_float("sam_weight", _default("sam_weight"),
                    "SAM: weight of the adaptive-margin term beside the triplet.", lower_bound=0.0)
 flags.DEFINE_enum("sam_sampling", _default("sam_sampling"), ["hardest", "easiest", "random"], "SAM: negative sampling.")
 flags.DEFINE_enum("sam_pairing", _default("sam_pairing"), ["matched", "reference"],
-                  "SAM: each margin with its own negative (matched) or the reference code's pairing (METHODS.md).")
+                  "SAM: each margin with its own negative (matched) or the reference code's (docs/methods.md#sam).")
 flags.DEFINE_list("ladder_thresholds", _default("ladder_thresholds"), "Fixed ladder: relevance thresholds, decreasing.")
 flags.DEFINE_list("ladder_margins", _default("ladder_margins"), "Fixed ladder: one margin per level (thresholds + 1).")
 flags.DEFINE_list("ladder_betas", _default("ladder_betas"), "Fixed ladder: one weight per level (thresholds + 1).")

@@ -5,7 +5,7 @@ Every q training batches, for each direction (m_x: image anchors, m_y: caption a
     M = satisfied / used        (negatives used in those q batches whose hinge D+ - D- + m is <= 0)
     m <- min(c * m, max_margin)  if M > r,   else m unchanged                               (Eq. 13)
 
-Defaults q = 500, r = 0.8, c = 1.03 (Sec. 4.1); the cap is kitm's (METHODS.md), default 1.0, the usual
+Defaults q = 500, r = 0.8, c = 1.03 (Sec. 4.1); kitm's cap (docs/methods.md#adaptive-margins) defaults to 1.0, the usual
 margin for L2-normalised embeddings (Sec. 3.5). The counts come from the loss
 (`kitm.losses.AdaptiveMarginTripletLoss`), which accumulates them in per-replica variables on every
 training step; the callback only reads, decides, assigns and resets (only training batches count:

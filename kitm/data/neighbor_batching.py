@@ -1,4 +1,4 @@
-"""Neighbour-aware batching for the semantic-neighbourhood loss (Thomas & Kovashka; METHODS.md "Semantic neighborhoods").
+"""Neighbour-aware batching for the neighbourhood loss (Thomas & Kovashka; docs/methods.md#neighbourhood-terms).
 
 The loss needs, for each pair i of a batch, a semantic neighbour i' (drawn from the k nearest captions of text i,
 stored in the records' `neighbors` slot) *in the same batch*. Random batches almost never hold one (about
@@ -17,7 +17,7 @@ The neighbours come from the records' `neighbors` slot (text space, Thomas & Kov
 `neighbor_space="image"` (Thomas & Kovashka's "Img NNs" variant), from the `image_neighbors` slot, which has the same layout
 (`kitm.relevance.rows`); everything below is the same for both. The share of rows with a neighbour is logged
 (`neighbor_coverage`); `plan_coverage` measures it for a dataset without touching images. Draws conditioned on
-mutuality are the one departure from a uniform draw over the k (documented in the README); without it, only the
+mutuality are the one departure from a uniform draw over the k (documented in docs/flagfiles.md); without it, only the
 seeds (half the batch) are sure to have their neighbour.
 Memory: the split's records stay in RAM (Flickr30K images: ~4 GB; COCO: ~20 GB; precomputed features are far
 smaller), the price of random access.

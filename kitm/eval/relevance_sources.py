@@ -23,7 +23,7 @@ N[c, i] is the relevance of caption c to image i (the NCS reference's orientatio
   relevance) use ``cider_matrix``'s default, as the SAM reference scores with pycocoevalcap's
   ``PTBTokenizer``.
 - ``sbert``: the ladder paper casts image-sentence relevance as sentence-sentence relevance
-  (cosine of Sentence-BERT embeddings, METHODS.md "SBERT"). With cpi captions per image, kitm
+  (cosine of Sentence-BERT embeddings, docs/methods.md#sbert). With cpi captions per image, kitm
   takes the mean over image i's captions: ``N[c, i] = mean_j cos(e_c, e_ij) = e_c . mean_j e_ij``
   for unit embeddings e (caption c again among its own image's captions, so N[c, own] includes
   cos(e_c, e_c) = 1, like CIDEr above).

@@ -58,7 +58,7 @@ DATASET_PRESETS = {
         "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all",
         # The sum over negatives throughout (the triplet, SAM's triplet part, the ladders' first rung): with the CNN
         # starting from random weights the hardest negative collapsed the embeddings within one epoch of switching
-        # to it, after a 2- or a 6-epoch hardest_warmup_epochs too (README, "Hardest negatives and collapse").
+        # to it, after a 2- or a 6-epoch hardest_warmup_epochs too (docs/flagfiles.md, "Hardest negatives").
         "max_violation": False, "hardest_warmup_epochs": 0.0, "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9,
         "eval_every_epochs": 3,
         # The centers objective: the encoders train as long at each rate as the other objectives' 12 epochs (phase

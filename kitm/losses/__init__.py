@@ -1,4 +1,4 @@
-"""kitm losses: each a plain per-row function plus a `keras.losses.Loss` class (ARCHITECTURE.md).
+"""kitm losses: each a plain per-row function plus a `keras.losses.Loss` class (docs/layout.md).
 
 Importing this package registers every class with Keras, so `keras.losses.deserialize` finds them.
 """

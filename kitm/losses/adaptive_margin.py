@@ -10,7 +10,7 @@ easiest (furthest) negative, or every negative of the anchor (`sampling="all"`, 
 
 m_x and m_y are non-trainable variables. Every q batches `kitm.callbacks.AdaptiveMarginCallback` sets
 M = (negatives used in those batches whose distance gap already exceeds the margin) / (negatives used),
-i.e. those with `D+ - D- + m <= 0` (zero hinge), and multiplies m by c when M > r (Eq. 13). METHODS.md:
+i.e. those with `D+ - D- + m <= 0` (zero hinge), and m <- c m when M > r (Eq. 13). docs/methods.md#adaptive-margins:
 the printed Eq. 11 counts the violations (`> 0`) while the text says "adhering to the margins"; kitm
 follows the text. For that the loss adds, on every call, the satisfied and used counts of each
 direction to per-replica accumulators (`synchronization=ON_READ`, `aggregation=SUM`): a replica only

@@ -1,7 +1,7 @@
 """Angular loss (Wang et al., ICCV 2017) in N-pair symmetric form, and the semantic-neighbourhood loss
 of Thomas & Kovashka (ECCV 2020).
 
-METHODS.md, "Semantic neighborhoods". Two forms (`form=`), angle = 45 degrees by default:
+docs/methods.md#angular. Two forms (`form=`), angle = 45 degrees by default:
 
 - `"npair"` (the default; Wang et al.'s N-pair angular loss, what Thomas & Kovashka's code trains), over the
   in-batch negatives n of anchor a with positive p:
@@ -125,7 +125,7 @@ def _check_form(form: str) -> str:
 
 def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 45.0,
                  negative_mask=None, form: str = "npair") -> tf.Tensor:
-    """N-pair angular loss per anchor [B] (Wang et al. 2017; Thomas & Kovashka, Eqs. 2-3; METHODS.md).
+    """N-pair angular loss per anchor [B] (Wang et al. 2017; Thomas & Kovashka, Eqs. 2-3; docs/methods.md#angular).
 
     `form="npair"` (default): `log(1 + sum_j exp(4 tan^2 (a_i + p_i)^T n_j - 2 (1 + tan^2) a_i^T p_i))`;
     `form="hinge"`: `sum_j [ |a_i - p_i|^2 - 4 tan^2(angle) |n_j - C_i|^2 ]+` with C_i = (a_i + p_i) / 2

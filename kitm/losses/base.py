@@ -11,7 +11,7 @@ Inputs of every loss class:
   caption q to image p; `"image_index"`: [B] the dataset index of image p; whatever else a loss needs),
   or None for losses that need nothing.
 
-Reduction defaults to `"sum"`, because the papers' losses are sums over the batch (METHODS.md), and
+Reduction defaults to `"sum"`, because the papers' losses are batch sums (docs/methods.md#reduction-and-warm-up), and
 their margins and the VSE++ gradient clip (2.0) are tuned for sums.
 
 Hardest-negative warm-up. A hardest-negative term (VSE++ `max_violation`, the ladder's first rung, a

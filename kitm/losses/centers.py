@@ -1,6 +1,6 @@
 """Semantic centers (Malali & Keller): center loss, quantized center loss, image-index heads.
 
-METHODS.md, "Semantic centers and adaptive margins". With x_p, y_p the embeddings of image p and caption
+docs/methods.md#centers. With x_p, y_p the embeddings of image p and caption
 p, n_p = `y_true["image_index"][p]` and `[v]+ = max(v, 0)`:
 
 - Center loss (Eq. 6), one centre c_n per training image, shared by the image and its captions:

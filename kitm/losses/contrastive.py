@@ -1,4 +1,4 @@
-"""Contrastive objectives: InfoNCE (CLIP), SigLIP, and kitm's graded InfoNCE (METHODS.md, "Contrastive baselines").
+"""Contrastive objectives: InfoNCE (CLIP), SigLIP, and kitm's graded InfoNCE (docs/methods.md#contrastive).
 
 With `s[p, q]` the cosine of image p and caption q in a batch of B pairs:
 
@@ -12,7 +12,7 @@ With `s[p, q]` the cosine of image p and caption q in a batch of B pairs:
 
       L = -sum_p sum_q log sigmoid(y[p, q] * z[p, q]),   y = +1 when caption q belongs to image p, else -1
 
-- Graded InfoNCE (kitm, METHODS.md): soft targets from the batch relevance R. For image p, `R'[p, :]` is `R[p, :]`
+- Graded InfoNCE (kitm, docs/methods.md#graded-infonce): soft targets from R. For image p, `R'[p, :]` is `R[p, :]`
   with its positives' entries raised to the row maximum and `Y_i2t[p, :] = softmax_q(R'[p, :] / tau_R)`; for
   caption q the same down column q gives `Y_t2i[:, q]`;
 
@@ -22,7 +22,7 @@ With `s[p, q]` the cosine of image p and caption q in a batch of B pairs:
   As tau_R -> 0 the targets become uniform over the entries at the row maximum: InfoNCE's one-hot target when the
   positive is the only one there.
 
-Samples of the same image (METHODS.md: "positives of each other in every contrastive loss, never negatives").
+Samples of the same image are positives of each other in every contrastive loss, never negatives (docs/methods.md).
 When every caption is a sample, `image_index` marks rows of the same image; for row p the positives are
 `P(p) = {q : image_index[q] == image_index[p]}` (the diagonal alone without `image_index`):
 - InfoNCE: the target of row p is uniform over P(p), i.e. the row's term is the mean over q in P(p) of
@@ -30,11 +30,11 @@ When every caption is a sample, `image_index` marks rows of the same image; for 
   entries of P(p) tie at the row maximum of R', which is how graded InfoNCE treats them: every entry of P(p) is
   raised to the row maximum, not only the diagonal's.
 - SigLIP: y[p, q] = +1 for q in P(p).
-Without repeated images both reduce to METHODS.md's formulas as printed.
+Without repeated images both reduce to the formulas of docs/methods.md#contrastive.
 
 Per-row values. Row p's value is `i2t[p] + t2i[p]`: image p's half of the image-to-caption sum plus caption p's
 half of the caption-to-image sum (SigLIP: half of row p's sum and half of column p's), so the sum over rows is L.
-kitm reduces by "sum" (the papers' batch sums in METHODS.md); CLIP's and SigLIP's code divide by B, which is
+kitm reduces by "sum" (docs/methods.md#reduction-and-warm-up); CLIP's and SigLIP's code divide by B, which is
 `reduction="sum_over_batch_size"`.
 
 The learnable temperature (and SigLIP's bias) belong to the objective, but, as in CLIP and SigLIP, they are trained
@@ -150,7 +150,7 @@ def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple[tf.Ten
 
 
 def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:
-    """InfoNCE (CLIP; Radford et al. 2021) per batch row [B]; its sum is METHODS.md's L.
+    """InfoNCE (CLIP; Radford et al. 2021) per batch row [B]; its sum is L of docs/methods.md#infonce.
 
     Args:
       similarity: [B, B] image-by-caption cosine matrix `s[p, q]`.
@@ -198,7 +198,7 @@ def graded_info_nce_terms(similarity, relevance, logit_scale, *, tau_relevance: 
 
 
 def graded_info_nce_loss(similarity, relevance, logit_scale, *, tau_relevance: float, image_index=None) -> tf.Tensor:
-    """Graded InfoNCE (kitm; METHODS.md) per batch row [B]; its sum is METHODS.md's L.
+    """Graded InfoNCE (kitm; docs/methods.md#graded-infonce) per batch row [B]; its sum is L there.
 
     Args:
       similarity: [B, B] cosines `s[p, q]`.
@@ -229,7 +229,7 @@ def siglip_terms(similarity, logit_scale, bias, *, image_index=None) -> tuple[tf
 
 
 def siglip_loss(similarity, logit_scale, bias, *, image_index=None) -> tf.Tensor:
-    """SigLIP (Zhai et al. 2023) per batch row [B]; its sum is METHODS.md's L (the paper divides it by B).
+    """SigLIP (Zhai et al. 2023) per batch row [B]; its sum is L of docs/methods.md#siglip (the paper divides it by B).
 
     Args:
       similarity: [B, B] cosines `s[p, q]`.
@@ -376,7 +376,7 @@ class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
 
 @keras.saving.register_keras_serializable(package="kitm")
 class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
-    """Graded InfoNCE (kitm; METHODS.md): InfoNCE against soft targets from the batch relevance.
+    """Graded InfoNCE (kitm; docs/methods.md#graded-infonce): InfoNCE against soft targets from the batch relevance.
 
     `Y_i2t[p, :] = softmax_q(R'[p, :] / tau_R)`, `Y_t2i[:, q]` likewise down the columns, R' the relevance with the
     positives raised to the row (column) maximum; `L = 1/2 * ( sum_p -sum_q Y_i2t log softmax_q(z[p, :])

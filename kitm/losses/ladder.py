@@ -1,6 +1,6 @@
 """Ladder loss with hard contrastive sampling, fixed and adaptive (Zhou et al., AAAI 2020 / TMM).
 
-METHODS.md, "Ladder loss". Each query's non-positive candidates are split by relevance into ladder levels
+docs/methods.md#ladder. Each query's non-positive candidates are split by relevance into ladder levels
 N_1 (most relevant), ..., N_L. With `N_<l` = every candidate of level < l (the positive, level 0,
 included) and `N_>=l` = every candidate of level >= l, the non-cumulative loss of one query q is
 
@@ -179,7 +179,7 @@ def ladder_terms(similarity, row_levels, column_levels, *, margins: Sequence[flo
 
 def ladder_loss(similarity, row_levels, column_levels, *, margins: Sequence[float], betas: Sequence[float],
                 cumulative: bool = False, first_hardest=True) -> tf.Tensor:
-    """Ladder loss per batch row [B]; the sum is the loss of METHODS.md (module docstring).
+    """Ladder loss per batch row [B]; the sum is the loss of docs/methods.md#ladder (module docstring).
 
     Args:
       similarity: [B, B] image-by-caption cosine matrix.
@@ -209,7 +209,7 @@ def _relevance(y_true, loss_name: str) -> tf.Tensor:
 
 @keras.saving.register_keras_serializable(package="kitm")
 class LadderLoss(RetrievalLoss):
-    """Ladder loss with fixed relevance thresholds (Zhou et al., Sec. III-B; METHODS.md defaults).
+    """Ladder loss with fixed relevance thresholds (Zhou et al., Sec. III-B; docs/methods.md#ladder defaults).
 
     Uses `y_true["relevance"]` (SBERT relevance degree by default in kitm's pipeline) and, when
     present, `y_true["image_index"]` (other samples of the same image are positives, level 0).
@@ -268,7 +268,7 @@ def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloy
 
     Each row of `relevance` (image query p: its captions) and each column (caption query q: its images)
     is clustered on its own over the *non-positive candidates only* (paper Eq. 9 sums over N^{-q};
-    METHODS.md): the diagonal and, with `image_index`, same-image samples are masked out of the
+    docs/methods.md#adaptive-ladder): the diagonal and, with `image_index`, same-image samples are masked out of the
     clustering and get level 0. (The reference clusters the whole row, positive included, and then
     overwrites the positive's label.) Clusters are numbered 1, 2, ... by decreasing centre; a query
     whose candidates hold fewer than `k_min` distinct values gets one level per distinct value, and one
@@ -323,7 +323,7 @@ class AdaptiveLadderLoss(RetrievalLoss):
     (the exact optimum, or a Lloyd run's result where it scores a higher silhouette); the k with the
     highest mean silhouette is kept (`adaptive_levels`). Ladder l then
     uses margin alpha_l and weight beta_l; a query with fewer than l clusters has an empty `N_>=l` and
-    pays nothing for ladder l (the reference pays `alpha_l - min(...)`, METHODS.md).
+    pays nothing for ladder l (the reference pays `alpha_l - min(...)`, docs/methods.md#ladder).
 
     The levels depend only on the relevance, not on the model, so an input pipeline may compute them
     with `adaptive_levels` (e.g. in a parallel `tf.data` map) and pass `y_true["row_levels"]` and

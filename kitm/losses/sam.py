@@ -1,6 +1,6 @@
 """SAM: the semantic adaptive margin triplet loss (Biten, Mafla et al., CVPR 2022, Eq. 7).
 
-METHODS.md, "SAM". With `s[p, q]` the cosine of image p and caption q and `R[p, q]` the relevance
+docs/methods.md#sam. With `s[p, q]` the cosine of image p and caption q and `R[p, q]` the relevance
 (CIDEr-D) of caption q to image p, anchor image p with its chosen negative caption n, and anchor
 caption q with its chosen negative image m:
 
@@ -159,7 +159,7 @@ def sam_terms(similarity, relevance, negative_captions, negative_images, *, tau:
 
 def sam_loss(similarity, relevance, negative_captions, negative_images, *, tau: float,
              max_margin: float | None = 1.0, pairing: str = "matched") -> tf.Tensor:
-    """SAM per batch row [B]; the sum is L_SAM of METHODS.md (module docstring has the formula).
+    """SAM per batch row [B]; the sum is L_SAM of docs/methods.md#sam (module docstring has the formula).
 
     Args:
       similarity: [B, B] image-by-caption cosine matrix `s[p, q]`.

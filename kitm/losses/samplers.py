@@ -7,7 +7,7 @@ samples of the same image). `axis` says which anchors are served, as in `tf.argm
 - `axis=1`: one pick per *row* among its columns: image anchor p gets a negative caption q;
 - `axis=0`: one pick per *column* among its rows: caption anchor q gets a negative image m.
 
-Modes (named by what they do; SAM paper Sec. 5.4, METHODS.md "SAM"):
+Modes (named by what they do; SAM paper Sec. 5.4, docs/methods.md#sam):
 
 - `hardest`: the negative with the highest score, i.e. closest to the anchor (VSE++ hard negative, "HN");
 - `easiest`: the lowest score, furthest from the anchor (the paper's "SN", soft negative);
@@ -21,8 +21,8 @@ maximum, as `tf.argmax` on CPU). Nothing here is differentiable: indices carry n
 Hard contrastive selection (ladder loss, Zhou et al., Eq. 8) needs the extreme *value* of a masked set
 rather than its index: `masked_max` / `masked_min` return it with a `nonempty` flag, and
 `hard_contrastive` pairs the furthest member of the closer set with the closest member of the farther
-set. An empty set gives value 0 and `nonempty=False`, and the loss drops the term (METHODS.md
-"Ladder loss": an empty set contributes nothing, unlike the reference's `scores * mask`).
+set. An empty set gives value 0 and `nonempty=False`, and the loss drops the term (docs/methods.md#ladder:
+an empty set contributes nothing, unlike the reference's `scores * mask`).
 """
 
 from __future__ import annotations

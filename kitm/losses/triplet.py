@@ -1,6 +1,6 @@
 """VSE++ triplet ranking loss (Faghri et al., 2018), the baseline every kitm method extends.
 
-METHODS.md, "VSE++ triplet": with `s[p, q]` the cosine of image p and caption q and margin `a`,
+docs/methods.md#triplet: with `s[p, q]` the cosine of image p and caption q and margin `a`,
 
     L = sum_p max_{q != p} [a + s[p, q] - s[p, p]]+  +  sum_q max_{p != q} [a + s[p, q] - s[q, q]]+
 
@@ -62,7 +62,7 @@ def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: boo
 
 def triplet_loss(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
                  image_index: tf.Tensor | None = None) -> tf.Tensor:
-    """VSE++ triplet loss per batch row [B]; its sum is the loss of METHODS.md (see module docstring)."""
+    """VSE++ triplet loss per batch row [B]; its sum is the loss of docs/methods.md#triplet (see module docstring)."""
     margin = _check_margin(margin)
     i2t, t2i = triplet_terms(similarity, margin, max_violation, image_index)
     return i2t + t2i

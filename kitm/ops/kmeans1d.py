@@ -1,8 +1,8 @@
 """1-D k-means of every row of a matrix (exact optimum, and Lloyd runs scored by silhouette), with the
 number of clusters chosen by silhouette.
 
-This is the clustering step of the adaptive ladder loss (Zhou et al., Eqs. 9-12; METHODS.md "Ladder
-loss"): each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
+This is the clustering step of the adaptive ladder loss (Zhou et al., Eqs. 9-12; docs/methods.md#adaptive-ladder):
+each query's relevance values are split into k ladder levels, k in [k_min, k_max] being the
 one with the highest mean silhouette, and levels are numbered by decreasing cluster centre.
 
 The exact optimum: a dynamic programme

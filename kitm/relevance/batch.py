@@ -1,6 +1,6 @@
 """Exact relevance matrices of one batch, built inside the tf.data graph from features stored per record.
 
-Both functions return R [P, Q] with R[p, q] = relevance of caption q to image p (METHODS.md, "Relevance sources"),
+Both functions return R [P, Q] with R[p, q] = relevance of caption q to image p (docs/methods.md#relevance-sources),
 for the P images and Q captions of a batch (P = Q = B in training: sample p is image p with caption p).
 
 * CIDEr-D with a training corpus's idf (`batch_cider`): each caption is stored as the non-zero entries of its

@@ -1,6 +1,6 @@
 """Per-caption CIDEr-D features, stored in the records, from which the input pipeline builds exact batch CIDEr-D.
 
-`kitm.relevance.cider_matrix` factors CIDEr-D (METHODS.md, "Relevance sources") as S = A B^T over
+`kitm.relevance.cider_matrix` factors CIDEr-D (docs/methods.md#cider-d) as S = A B^T over
 (n-gram g, level t) columns, with
 
     A[c, (g, t)] = [tf_c(g) >= t] / |v_c|_k        B[c, (g, t)] = idf(g)^2 tf_c(g) [tf_c(g) >= t] / |v_c|_k

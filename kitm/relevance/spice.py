@@ -7,7 +7,7 @@ semantic tuples (objects, attributes, relations):
     P = |T(h) ⊗ T(G)| / |T(h)|,   R = |T(h) ⊗ T(G)| / |T(G)|,   SPICE(h, G) = 2 P R / (P + R)
 
 where T(G) is the union of the references' tuples and ⊗ matches tuples up to WordNet synonyms.
-NCS (Thomas & Kovashka's metric section, METHODS.md "Metrics") may use it instead of CIDEr-D as the
+NCS (Thomas & Kovashka's metric section, docs/methods.md#ncs) may use it instead of CIDEr-D as the
 relevance N[c, i] of caption c to image i. ``spice_matrix`` returns [H, G] with entry
 ``SPICE(hypotheses[h], reference_groups[g])`` (the "All" F-score), computed by pycocoevalcap's
 ``Spice`` (its SPICE 1.0 jar, run by Java) with one (hypothesis, group) pair per scored item.

@@ -1,7 +1,7 @@
 """Truth relevance: the exact relevance of any caption to any image of the synthetic world, from their facts.
 
 The synthetic world (`kitm.data.synthetic`) keeps every scene's and caption's facts (`kitm.relevance.scene_facts`
-defines their format), so relevance is known exactly ("Truth" in METHODS.md): the yardstick the other relevance
+defines their format), so relevance is known exactly (docs/methods.md#truth): the yardstick the other relevance
 sources (CIDEr-D, SBERT) and the losses are judged against. `truth_relevance` (NumPy) serves evaluation and the
 tests; `truth_relevance_tf` (TensorFlow) builds each training batch's matrix inside the tf.data graph.
 
@@ -18,7 +18,7 @@ excluded):
 - ``relevance = (sum_m t(m) + r) / (number of mentions + [relation stated])``, in [0, 1].
 
 Every caption has relevance exactly 1.0 to its own image. The relevance of caption k to image m is
-``result[m, k]`` (images by captions, the orientation of the batch matrices in ARCHITECTURE.md).
+``result[m, k]`` (images by captions, the orientation of the batch matrices in docs/methods.md#notation).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def truth_relevance(scene_facts, caption_facts, *, image_size: int = 64) -> np.n
 
     ``relevance = (sum_m max_o s(m, o) + r) / (num_mentions + [relation])`` with the attribute match
     ``s(m, o)`` = share of m's stated attributes that o has, and ``r`` the best ``s(m0, o1) * s(m1, o2)`` over
-    ordered pairs of distinct objects with ``REL(o1, o2)`` (METHODS.md "Truth"; defined in the module docstring).
+    ordered pairs of distinct objects with ``REL(o1, o2)`` (docs/methods.md#truth; defined in the module docstring).
 
     Match counts come from matrix products of one-hot attribute codes, one per object (and per ordered object
     pair for the relation term, over the captions that state one), so memory stays a few [M, K] arrays.

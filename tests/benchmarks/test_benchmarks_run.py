@@ -1,5 +1,5 @@
 """The side-by-side benchmarks still run (quick mode: tiny shapes, two pairs each). No timing is asserted here: the
-speed comparisons are read from the scripts' own output (README, "Performance")."""
+speed comparisons are read from the scripts' own output (docs/performance.md)."""
 
 import importlib.util
 import os

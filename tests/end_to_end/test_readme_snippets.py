@@ -1,12 +1,13 @@
-"""Every ```python block of README.md runs as written, each in its own process and fresh working directory.
+"""Every ```python block of README.md and of every docs/*.md page runs as written, each in its own process and
+fresh working directory (test ids name the file and the block's line: ``docs/library.md:7``).
 
 A block runs with the repository on PYTHONPATH, HF_HUB_OFFLINE=1 and KERAS_BACKEND=tensorflow, in an empty
-temporary folder holding what the README assumes of a checkout (`launch/`, linked). A marker comment on the line
+temporary folder holding what the pages assume of a checkout (`launch/`, linked). A marker comment on the line
 before a block (invisible on GitHub) says what else it needs:
 
 - ``<!-- snippet: skip (reason) -->``: not run; the reason is required and shown in the skip list
   (``pytest -rs``).
-- ``<!-- snippet: needs <state> (<README command>) -->``: run after the state the README's command makes. The
+- ``<!-- snippet: needs <state> (<command>) -->``: run after the state the pages' command makes. The
   command is run once per session in a quick form (the PREREQUISITES below: a small world, one epoch) and its
   outputs (`runs/`, `tfrecords/`) are linked into the block's folder.
 """
@@ -28,14 +29,16 @@ pytestmark = pytest.mark.slow
 # The snippets parametrize the test at import, before any fixture: the root from this file's place.
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# Every page whose python blocks run: the README and the docs/ pages.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
-# State name -> (the README command the marker must name, the flags added to make it quick).
+# State name -> (the documented command the marker must name, the flags added to make it quick).
 PREREQUISITES = {
     "demo run": ("python -m kitm.launch --flagfile=launch/demo.flags",
                  ["--synthetic_num_scenes=120", "--epochs=1", "--eval_every_epochs=1", "--batch_size=32",
                   "--projector_samples=0", "--progress=false"]),
 }
-# What the README's commands assume of the working directory: a checkout's folders, linked.
+# What the pages' commands assume of the working directory: a checkout's folders, linked.
 CHECKOUT_LINKS = ("launch",)
 # Outputs of a prerequisite linked into each block's folder.
 PREREQUISITE_OUTPUTS = ("runs", "tfrecords")
@@ -49,32 +52,38 @@ _DIRECTIVE = re.compile(r"(skip|needs)\s+(?:(?P<state>[^(]*?)\s*)?\((?P<detail>.
 class Snippet:
     line: int  # 1-based line of the opening fence
     code: str
+    page: str = "README.md"  # the file, relative to the repository root
     skip: str | None = None  # the reason
     needs: str | None = None  # a PREREQUISITES key
     needs_command: str | None = None
 
 
-def readme_snippets(text: str) -> list[Snippet]:
-    """The python blocks of `text`, each with the marker on the line before its fence (blank lines allowed)."""
+def readme_snippets(text: str, page: str = "README.md") -> list[Snippet]:
+    """The python blocks of `text` (the file `page`), each with the marker on the line before its fence."""
     snippets = []
     for match in _FENCE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         before = text[:match.start()].rstrip().rsplit("\n", 1)[-1]
         marker = _MARKER.fullmatch(before.strip())
         if marker is None:
-            snippets.append(Snippet(line, match.group(1)))
+            snippets.append(Snippet(line, match.group(1), page=page))
             continue
         directive = _DIRECTIVE.fullmatch(marker.group(1))
-        assert directive, f"README.md line {line - 1}: unreadable snippet marker {before.strip()!r}"
+        assert directive, f"{page} line {line - 1}: unreadable snippet marker {before.strip()!r}"
         if directive.group(1) == "skip":
-            snippets.append(Snippet(line, match.group(1), skip=directive.group("detail").strip()))
+            snippets.append(Snippet(line, match.group(1), page=page, skip=directive.group("detail").strip()))
         else:
-            snippets.append(Snippet(line, match.group(1), needs=(directive.group("state") or "").strip(),
+            snippets.append(Snippet(line, match.group(1), page=page, needs=(directive.group("state") or "").strip(),
                                     needs_command=directive.group("detail").strip()))
     return snippets
 
 
-SNIPPETS = readme_snippets(README.read_text(encoding="utf-8"))
+def _relative(path: pathlib.Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+SNIPPETS = [snippet for page in PAGES
+            for snippet in readme_snippets(page.read_text(encoding="utf-8"), _relative(page))]
 
 
 def _env() -> dict[str, str]:
@@ -89,7 +98,7 @@ def _link_checkout(folder: pathlib.Path) -> None:
 
 @pytest.fixture(scope="module")
 def prerequisite(tmp_path_factory):
-    """State name -> the folder where its README command ran (once per module, on first use)."""
+    """State name -> the folder where its documented command ran (once per module, on first use)."""
     made: dict[str, pathlib.Path] = {}
 
     def get(name: str, command: str) -> pathlib.Path:
@@ -110,25 +119,32 @@ def prerequisite(tmp_path_factory):
     return get
 
 
-def test_the_readme_has_python_snippets_and_every_skip_says_why():
+def test_the_pages_have_python_snippets_and_every_skip_says_why():
     assert len(SNIPPETS) >= 2
-    skipped = [(snippet.line, snippet.skip) for snippet in SNIPPETS if snippet.skip is not None]
-    assert all(reason for _, reason in skipped)
-    print("README python snippets skipped:", *(f"line {line}: {reason}" for line, reason in skipped), sep="\n  ")
+    skipped = [(snippet.page, snippet.line, snippet.skip) for snippet in SNIPPETS if snippet.skip is not None]
+    assert all(reason for _, _, reason in skipped)
+    print("python snippets skipped:", *(f"{page} line {line}: {reason}" for page, line, reason in skipped),
+          sep="\n  ")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_relative)
+def test_every_marker_sits_before_a_python_block(page):
     # A marker must sit right before a python block, else it silently marks nothing.
-    text = README.read_text(encoding="utf-8")
-    marked = {snippet.line - 1 for snippet in SNIPPETS if snippet.skip or snippet.needs}
+    text = page.read_text(encoding="utf-8")
+    name = _relative(page)
+    marked = {snippet.line - 1 for snippet in SNIPPETS if snippet.page == name and (snippet.skip or snippet.needs)}
     for match in _MARKER.finditer(text):
         marker_line = text.count("\n", 0, match.start()) + 1
         following = text[match.end():].lstrip("\n").split("\n", 1)[0]
-        assert following.startswith("```python"), f"README.md line {marker_line}: a marker not before a python block"
+        assert following.startswith("```python"), f"{name} line {marker_line}: a marker not before a python block"
     assert len(marked) == sum(1 for _ in _MARKER.finditer(text))
 
 
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=[f"README.md:{snippet.line}" for snippet in SNIPPETS])
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[f"{snippet.page}:{snippet.line}" for snippet in SNIPPETS])
 def test_readme_python_snippet_runs(snippet, prerequisite, tmp_path):
+    where = f"{snippet.page} line {snippet.line}"
     if snippet.skip is not None:
-        pytest.skip(f"README.md line {snippet.line}: {snippet.skip}")
+        pytest.skip(f"{where}: {snippet.skip}")
     work = tmp_path / "work"
     work.mkdir()
     _link_checkout(work)
@@ -139,5 +155,5 @@ def test_readme_python_snippet_runs(snippet, prerequisite, tmp_path):
                 (work / name).symlink_to(state / name, target_is_directory=True)
     result = subprocess.run([sys.executable, "-c", snippet.code], cwd=work, env=_env(), capture_output=True,
                             text=True, timeout=300)
-    assert result.returncode == 0, (f"README.md line {snippet.line} failed:\n{snippet.code}\n"
+    assert result.returncode == 0, (f"{where} failed:\n{snippet.code}\n"
                                     f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")

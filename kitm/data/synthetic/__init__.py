@@ -2,7 +2,7 @@
 
 kitm's embedded default dataset. Each scene holds 1 to ``MAX_OBJECTS`` flat-coloured shapes on a dim, noisy,
 slightly tinted background; the generator keeps every scene's facts, so the relevance of *any* caption to *any*
-image is known exactly ("Truth" in METHODS.md). It is small enough to train the whole pipeline on a laptop CPU and
+image is known exactly (docs/methods.md#truth). It is small enough to train the whole pipeline on a laptop CPU and
 is the yardstick the other relevance sources (CIDEr-D, SBERT) and the losses are judged against.
 
 One job per module:

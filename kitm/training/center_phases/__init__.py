@@ -7,7 +7,7 @@ Objective (Eq. 5), every term a batch sum, unweighted: L = L_C + L_T + L_CE^I + 
   N_q centres and a softmax assignment layer) in phases 2 and 3;
 - L_CE: `ImageIndexCrossEntropy`, both embeddings classified into their training image's index.
 
-Phases (paper defaults in brackets; METHODS.md "Semantic centers and adaptive margins"):
+Phases (paper defaults in brackets; docs/methods.md#centers):
   1. unquantized centres, fixed margins m_x = m_y = --margin [0.2], encoders and heads by Adam [2e-4], centres by
      SGD [0.5]; [30 epochs]
   2. the quantizer's centres initialised by k-means over the unquantized centres; *only* the quantizer trains
