@@ -129,9 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "R@K and COCO 1K / 5K R@K, by the eccv-caption package's own scorer (see "
                               "--eccv_image_ids).")
     metrics.add_argument("--eccv_image_ids", help="With --eccv_caption: COCO image ids of the rows of the matrix (.npy "
-                                                  "or .json list; default: the eccv-caption package's test order).")
+                                                  "or .json list; default with --sims: the eccv-caption package's test "
+                                                  "order, the Karpathy test split's images).")
     metrics.add_argument("--eccv_caption_ids", help="With --eccv_caption: COCO caption (annotation) ids of the columns "
-                                                    "(.npy or .json list; default: the package's test order).")
+                                                    "(.npy or .json list; default with --sims: the package's test order, "
+                                                    "each image's five captions by ascending annotation id).")
     # --neighbourhood and --neighbourhood_k: the British spellings of earlier versions, kept as deprecated aliases.
     metrics.add_argument("--neighborhood", "--neighbourhood", default="none", choices=("none", "sbert"),
                          help="With --run_dir: neighbourhood preservation (Thomas & Kovashka, Table 3) against this "
@@ -173,6 +175,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
                        "--data_dir (and --split), or pass --relevance_matrix.")
     if (args.eccv_image_ids or args.eccv_caption_ids) and not args.eccv_caption:
         raise CliError("--eccv_image_ids and --eccv_caption_ids describe the matrix for --eccv_caption; add it.")
+    if args.eccv_caption and args.run_dir and not (args.eccv_image_ids and args.eccv_caption_ids):
+        raise CliError("--eccv_caption with --run_dir needs --eccv_image_ids and --eccv_caption_ids: kitm's records do "
+                       "not carry COCO ids, and ECCV Caption's positives are single captions, so the COCO id of every "
+                       "image and caption of the split, in evaluation order, must be given.")
     for flag in ("num_images", "captions_per_image", "fold_size", "fold_images", "batch_size", "semantic_threshold"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -227,28 +233,25 @@ def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
 
 def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fold_size: int,
              fold_images: int | None = None) -> tuple[int, ...]:
-    """--ks checked against the images a caption query ranks (a fold's, when the 1K protocol is reported or
-    --fold_images is given), or by default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's
-    validation does)."""
+    """--ks checked against the images a caption query ranks (a fold's, when the 1K protocol is reported), or by
+    default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's validation does). The figures on
+    folds of --fold_images use the cut-offs that fit a fold."""
+    if fold_images is not None and fold_images > num_images:
+        raise CliError(f"--fold_images={fold_images} is larger than the {num_images} images scored: no complete fold.")
     folds = num_images == 5 * fold_size
     limit = fold_size if folds else num_images
-    if fold_images is not None:
-        if fold_images > num_images:
-            raise CliError(f"--fold_images={fold_images} is larger than the {num_images} images scored: no complete "
-                           "fold.")
-        limit = min(limit, fold_images)
     if ks is None:
         return recall_cutoffs(limit)
     # K beyond the captions an image query ranks is left to the metrics' own check (its message is kept).
     too_big = [k for k in ks if limit < k <= num_captions // (5 if folds else 1)]
     if too_big:
-        if fold_images is not None and limit == fold_images:
-            where = f"each fold of --fold_images={fold_images}"
-        else:
-            where = f"each of the 5 folds of --fold_size={fold_size}" if folds else "the set scored"
+        where = f"each of the 5 folds of --fold_size={fold_size}" if folds else "the set scored"
         raise CliError(f"--ks={','.join(map(str, ks))} holds {too_big}, larger than the {limit} candidates a t2i "
                        f"(caption) query ranks in {where} ({limit} images): give --ks values <= {limit}, or leave "
                        f"--ks out for R@1, 5, 10 up to {limit}.")
+    if fold_images is not None and min(ks) > fold_images:
+        raise CliError(f"--ks={','.join(map(str, ks))}: no cut-off fits a fold of --fold_images={fold_images} images "
+                       f"(a caption query there ranks {fold_images}); add a K <= {fold_images}.")
     return ks
 
 
@@ -321,6 +324,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         cpi = args.captions_per_image or 5
     ks = _cutoffs(ks, *sims.shape, args.fold_size, args.fold_images)  # before the relevance, which may take minutes
+    if args.eccv_caption:
+        from kitm.eval import eccv
+
+        expected = (eccv.NUM_IMAGES, eccv.NUM_IMAGES * eccv.CAPTIONS_PER_IMAGE)
+        if sims.shape != expected:
+            raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = {list(expected)}; "
+                           f"the matrix scored has shape {list(sims.shape)}.")
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 
@@ -350,7 +360,8 @@ def _run(args: argparse.Namespace) -> int:
 
         started = time.time()
         eccv = eccv_caption_metrics(sims, image_ids=_read_ids(args.eccv_image_ids, "--eccv_image_ids"),
-                                    caption_ids=_read_ids(args.eccv_caption_ids, "--eccv_caption_ids"), ks=ks)
+                                    caption_ids=_read_ids(args.eccv_caption_ids, "--eccv_caption_ids"), ks=ks,
+                                    progress=args.progress)
         seconds["eccv_caption"] = time.time() - started
 
     import kitm

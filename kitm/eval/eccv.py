@@ -27,6 +27,8 @@ nor in its per-query file: the package gives means only.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import warnings
 from collections.abc import Iterable
 
@@ -105,7 +107,7 @@ def _ranked_lists(scores: np.ndarray, depth: int, fold_depth: int, query_fold: n
 
 def eccv_caption_metrics(sims: np.ndarray, *, image_ids: np.ndarray | None = None,
                          caption_ids: np.ndarray | None = None, ks: Iterable[int] = (1, 5, 10),
-                         metrics=None) -> dict[str, dict[str, float]]:
+                         metrics=None, progress: bool = False) -> dict[str, dict[str, float]]:
     """ECCV Caption, CxC and COCO 1K / 5K figures of `sims` [5000, 25000] in percent (module docstring).
 
     Args:
@@ -113,6 +115,8 @@ def eccv_caption_metrics(sims: np.ndarray, *, image_ids: np.ndarray | None = Non
       image_ids, caption_ids: COCO ids of the rows and columns (default: the package's test order).
       ks: K of the CxC and COCO R@K.
       metrics: an ``eccv_caption.Metrics`` (default: a new one).
+      progress: let the package draw its progress bars on stderr (its ECCV scorer draws them whatever its
+        `verbose`; without `progress` its stderr is captured).
     """
     metrics = load_metrics() if metrics is None else metrics
     sims = _checks.as_matrix(sims, "sims")
@@ -136,7 +140,9 @@ def eccv_caption_metrics(sims: np.ndarray, *, image_ids: np.ndarray | None = Non
     t2i = _ranked_lists(np.ascontiguousarray(sims.T), depth["t2i"], deepest, caption_fold, image_fold)
     i2t_ids = {int(image_ids[q]): caption_ids[found].tolist() for q, found in enumerate(i2t)}
     t2i_ids = {int(caption_ids[q]): image_ids[found].tolist() for q, found in enumerate(t2i)}
-    scores = metrics.compute_all_metrics(i2t_ids, t2i_ids, target_metrics=TARGET_METRICS, Ks=ks, verbose=False)
+    quiet = contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
+    with quiet:
+        scores = metrics.compute_all_metrics(i2t_ids, t2i_ids, target_metrics=TARGET_METRICS, Ks=ks, verbose=False)
     return {name: {direction: 100.0 * float(value) for direction, value in figures.items()}
             for name, figures in sorted(scores.items())}
 

@@ -162,15 +162,8 @@ def figures_of(per_query: dict[str, object]) -> dict[str, object]:
     (NaN, not a warning, when every value is NaN)."""
     out: dict[str, object] = {}
     for key, value in per_query.items():
-        out[key] = figures_of(value) if isinstance(value, dict) else _nanmean(value)
+        out[key] = figures_of(value) if isinstance(value, dict) else _checks.figure(value)
     return out
-
-
-def _nanmean(values: np.ndarray) -> float:
-    values = np.asarray(values, dtype=np.float64)
-    if np.isnan(values).all():
-        return float("nan")
-    return float(np.nanmean(values))
 
 
 def extended_map_at_r(view: DirectionView, positive_threshold: float | None,

@@ -81,10 +81,9 @@ def map_at_r_per_query(scores: object, relevant: object, *, chunk_size: int | No
 
 
 def _mean_over_defined(values: np.ndarray, name: str) -> float:
-    defined = values[~np.isnan(values)]
-    if not defined.size:
+    if np.isnan(values).all():
         raise ValueError(f"{name}: no query has a relevant item (`relevant` is all False).")
-    return float(defined.mean())
+    return _checks.figure(values)
 
 
 def map_at_r(scores: object, relevant: object, *, chunk_size: int | None = None) -> float:

@@ -63,7 +63,7 @@ def n_way_recall(
     """
     per_query = n_way_recall_per_query(sims, n, image_embeddings=image_embeddings, text_embeddings=text_embeddings,
                                        captions_per_image=captions_per_image, seed=seed, repeats=repeats)
-    return {direction: float(np.mean(values)) for direction, values in per_query.items()}
+    return {direction: _checks.figure(values) for direction, values in per_query.items()}
 
 
 def n_way_recall_per_query(

@@ -15,7 +15,7 @@ Blocks of a report:
 - ``"folds"`` (with `fold_images` = F): R^V@K and R@K on folds of F images. Fold f holds images
   f*F .. (f+1)*F - 1 and their captions and ranks them only against each other; the figures are the
   mean over the folds (equal folds, so also the mean over all their queries), with ``rsum`` of the fold
-  R^V@K. The ``N mod F`` images after the last complete fold are left out (``images_left_out``). Flat
+  R^V@K, at the cut-offs K <= F (a caption query of a fold ranks F images). The ``N mod F`` images after the last complete fold are left out (``images_left_out``). Flat
   names carry the fold size: ``fold<F>_i2t_R@1``, ``fold<F>_t2i_IR_R@5``, ``fold<F>_rsum``; ``i2t_R@1``
   and ``rsum`` are always whole-set figures. The semantic figures (NCS, SR, CS, mAP@R) stay whole-set.
 
@@ -156,7 +156,7 @@ def _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_c
 
 def fold_recall(sims: np.ndarray, captions_per_image: int, fold_images: int, ks: Iterable[int],
                 chunk_size: int | None = None) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
-    """R^V@K and R@K on folds of `fold_images` images (module docstring, "folds").
+    """R^V@K and R@K on folds of `fold_images` images (module docstring, "folds"), at the cut-offs K <= fold_images.
 
     Returns:
       (figures, per-query values): figures ``{"fold_images", "num_folds", "images_left_out", "i2t": {"recall_vse":
@@ -171,7 +171,9 @@ def fold_recall(sims: np.ndarray, captions_per_image: int, fold_images: int, ks:
     ks = _checks.cutoffs(ks)
     if size > num_images:
         raise ValueError(f"`fold_images`={size} is larger than the {num_images} images of the set: no complete fold.")
-    _checks.cutoffs_within(ks, size, "ks", f"a t2i query ranks in a fold of fold_images={size} images")
+    ks = tuple(k for k in ks if k <= size)  # a caption query of a fold ranks `size` images
+    if not ks:
+        raise ValueError(f"no cut-off K of `ks` is <= fold_images={size}, the images a caption query ranks in a fold.")
     num_folds = num_images // size
     per_query: dict[str, dict[str, object]] = {}
     for direction in DIRECTIONS:

@@ -330,7 +330,7 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
         fold_images = evaluation.fold_images or None
         full_report, per_query = build_report_per_query(
             similarity_matrix(images, texts), captions_per_image=info.captions_per_image, relevance=relevance,
-            ks=recall_cutoffs(min(info.num_images(test_split), fold_images or info.num_images(test_split))),
+            ks=recall_cutoffs(info.num_images(test_split)),
             fold_images=fold_images, positive_threshold=None if relevance is None else TRUTH_POSITIVE_THRESHOLD)
         report = full_report["all"]
         test_figures = flat_figures(full_report)
