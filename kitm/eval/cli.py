@@ -324,10 +324,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         cpi = args.captions_per_image or 5
     ks = _cutoffs(ks, *sims.shape, args.fold_size, args.fold_images)  # before the relevance, which may take minutes
+    eccv_ids = None
     if args.eccv_caption:
-        from kitm.eval import eccv
+        from kitm.eval import eccv as eccv_protocol
 
-        expected = (eccv.NUM_IMAGES, eccv.NUM_IMAGES * eccv.CAPTIONS_PER_IMAGE)
+        eccv_ids = {"image_ids": _read_ids(args.eccv_image_ids, "--eccv_image_ids"),
+                    "caption_ids": _read_ids(args.eccv_caption_ids, "--eccv_caption_ids")}
+        expected = (eccv_protocol.NUM_IMAGES, eccv_protocol.NUM_IMAGES * eccv_protocol.CAPTIONS_PER_IMAGE)
         if sims.shape != expected:
             raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = {list(expected)}; "
                            f"the matrix scored has shape {list(sims.shape)}.")
@@ -359,9 +362,7 @@ def _run(args: argparse.Namespace) -> int:
         from kitm.eval.eccv import eccv_caption_metrics
 
         started = time.time()
-        eccv = eccv_caption_metrics(sims, image_ids=_read_ids(args.eccv_image_ids, "--eccv_image_ids"),
-                                    caption_ids=_read_ids(args.eccv_caption_ids, "--eccv_caption_ids"), ks=ks,
-                                    progress=args.progress)
+        eccv = eccv_caption_metrics(sims, **eccv_ids, ks=ks, progress=args.progress)
         seconds["eccv_caption"] = time.time() - started
 
     import kitm
