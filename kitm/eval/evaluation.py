@@ -13,7 +13,7 @@ import numpy as np
 
 from kitm.eval import _checks
 from kitm.eval._views import DIRECTIONS, DirectionView
-from kitm.eval.map_at_r import ranked_precision
+from kitm.eval.map_at_r import map_at_r_from_ranks, ranked_precision
 from kitm.eval.ranking import chunk_rows
 from kitm.eval.retrieval import _ground_truth_ranks
 from kitm.eval.semantic import (
@@ -134,7 +134,10 @@ def evaluate_per_query(
             "recall_vse": {k: 100.0 * (ranks.ranks.min(axis=1) < k) for k in ks},
             "map": 100.0 * ranks.average_precision,
         }
-        values["map_at_r"], values["r_precision"] = extended_map_at_r(view, positive_threshold, chunk_size)
+        if positive_threshold is None:  # the positives are the ground truth, whose ranks are known
+            values["map_at_r"], values["r_precision"] = map_at_r_from_ranks(ranks.ranks)
+        else:
+            values["map_at_r"], values["r_precision"] = extended_map_at_r(view, positive_threshold, chunk_size)
         if relevance is not None:
             ncs, recall = _semantic_pass(
                 view, ks, bool(include_gt), True, relevant_images, chunk_size

@@ -52,14 +52,31 @@ def ranked_precision(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarr
         return map_r, precision
     counts = num_relevant[rows]
     deepest = int(counts.max())
-    order = top_k_indices(scores[rows], deepest)
-    hits = np.take_along_axis(relevant[rows], order, axis=1)
+    every_row = rows.size == scores.shape[0]  # no copy when every row has a positive
+    order = top_k_indices(scores if every_row else scores[rows], deepest)
+    hits = np.take_along_axis(relevant if every_row else relevant[rows], order, axis=1)
     ranks = np.arange(1, deepest + 1)
     hits &= ranks[None, :] <= counts[:, None]  # only ranks 1 .. R_q count
     found = np.cumsum(hits, axis=1)
     map_r[rows] = (found / ranks * hits).sum(axis=1) / counts
     precision[rows] = found[np.arange(rows.size), counts - 1] / counts
     return map_r, precision
+
+
+def map_at_r_from_ranks(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mAP@R and R-Precision in percent from the 0-based ranks of each query's positives, int [Q, R] (every query
+    with the same R, as the ground truth of kitm's layout): (map_at_r [Q], r_precision [Q]).
+
+    With the positives' ranks sorted, r_(1) < ... < r_(R), the i-th positive is a hit when r_(i) < R and its
+    precision is i / (r_(i) + 1), so ``mAP@R = (1/R) sum_{i: r_(i) < R} i / (r_(i) + 1)`` and ``RP = #{r < R} / R``:
+    the same figures as :func:`map_at_r_per_query` under the same ranking, without ranking again.
+    """
+    ordered = np.sort(np.asarray(ranks), axis=1)
+    count = ordered.shape[1]
+    hits = ordered < count
+    position = np.arange(1, count + 1)
+    precision_sum = np.where(hits, position / (ordered + 1), 0.0).sum(axis=1)
+    return 100.0 * precision_sum / count, 100.0 * np.count_nonzero(hits, axis=1) / count
 
 
 def map_at_r_per_query(scores: object, relevant: object, *, chunk_size: int | None = None

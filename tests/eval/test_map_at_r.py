@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from kitm.eval import map_at_r, r_precision
-from kitm.eval.map_at_r import map_at_r_per_query
+from kitm.eval.map_at_r import map_at_r_from_ranks, map_at_r_per_query
+from kitm.eval.retrieval import ground_truth_ranks
 
 
 def _oracle(scores, relevant):
@@ -100,3 +101,18 @@ def test_bad_input_names_the_argument():
         r_precision(np.zeros((2, 3)), np.zeros((3, 2), bool))
     with pytest.raises(ValueError, match="`scores` must be finite"):
         map_at_r([[np.nan, 1.0]], [[True, False]])
+
+
+def test_from_ground_truth_ranks_equals_ranking_again():
+    rng = np.random.default_rng(4)
+    sims = np.round(rng.normal(size=(12, 36)), 1)  # 3 captions per image, ties included
+    truth = np.zeros((12, 36), bool)
+    truth[np.repeat(np.arange(12), 3), np.arange(36)] = True
+    for direction, scores, relevant in (("i2t", sims, truth), ("t2i", sims.T, truth.T)):
+        ranks = ground_truth_ranks(sims, captions_per_image=3, direction=direction).ranks
+        expected = _oracle(scores, relevant)
+        for got, want in zip(map_at_r_from_ranks(ranks), expected):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # By hand: positives at 0-based ranks 2 and 0 (R = 2): rank 1 hit (1/1), rank 3 beyond R -> 50; RP 50.
+    maps, precisions = map_at_r_from_ranks(np.array([[2, 0]]))
+    assert maps[0] == 50.0 and precisions[0] == 50.0

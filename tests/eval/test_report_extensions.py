@@ -69,9 +69,10 @@ def test_extended_positives_follow_the_threshold():
     assert result["i2t"]["map_at_r"] == map_at_r(sims, i2t_positive)
     assert result["i2t"]["r_precision"] == r_precision(sims, i2t_positive)
     assert result["t2i"]["map_at_r"] == map_at_r(sims.T, t2i_positive)
-    # Without a threshold: the ground truth alone (t2i: one positive, so mAP@R = R-Precision = R@1).
+    # Without a threshold: the ground truth alone, from its ranks (t2i: one positive, so mAP@R = R-P = R@1).
     plain = evaluate(sims, captions_per_image=2, ks=(1,))
-    assert plain["i2t"]["map_at_r"] == map_at_r(sims, truth)
+    assert plain["i2t"]["map_at_r"] == pytest.approx(map_at_r(sims, truth), abs=1e-12)
+    assert plain["i2t"]["r_precision"] == pytest.approx(r_precision(sims, truth), abs=1e-12)
     assert plain["t2i"]["map_at_r"] == plain["t2i"]["r_precision"] == plain["t2i"]["recall_vse"][1]
     with pytest.raises(ValueError, match="give `relevance` too"):
         evaluate(sims, captions_per_image=2, ks=(1,), positive_threshold=0.5)
