@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--eccv_image_ids", help="With --eccv_caption: COCO image ids of the rows of the matrix (.npy "
                                                   "or .json list; default with --sims: the eccv-caption package's test "
                                                   "order, the Karpathy test split's images).")
-    metrics.add_argument("--eccv_caption_ids", help="With --eccv_caption: COCO caption (annotation) ids of the columns "
-                                                    "(.npy or .json list; default with --sims: the package's test order, "
-                                                    "each image's five captions by ascending annotation id).")
+    metrics.add_argument("--eccv_caption_ids",
+                         help="With --eccv_caption: COCO caption (annotation) ids of the columns (.npy or .json list; "
+                              "default with --sims: the package's test order, each image's five captions by ascending "
+                              "annotation id).")
     # --neighbourhood and --neighbourhood_k: the British spellings of earlier versions, kept as deprecated aliases.
     metrics.add_argument("--neighborhood", "--neighbourhood", default="none", choices=("none", "sbert"),
                          help="With --run_dir: neighbourhood preservation (Thomas & Kovashka, Table 3) against this "
@@ -194,7 +195,8 @@ def _positive_threshold(args: argparse.Namespace, relevance_name: str, has_relev
     try:
         value = float(text)
     except ValueError:
-        raise CliError(f"--positive_threshold must be a number, none or auto; got {args.positive_threshold!r}.") from None
+        raise CliError(f"--positive_threshold must be a number, none or auto; got "
+                       f"{args.positive_threshold!r}.") from None
     if not np.isfinite(value):
         raise CliError(f"--positive_threshold must be a finite number; got {args.positive_threshold!r}.")
     if not has_relevance:
@@ -332,8 +334,8 @@ def _run(args: argparse.Namespace) -> int:
                     "caption_ids": _read_ids(args.eccv_caption_ids, "--eccv_caption_ids")}
         expected = (eccv_protocol.NUM_IMAGES, eccv_protocol.NUM_IMAGES * eccv_protocol.CAPTIONS_PER_IMAGE)
         if sims.shape != expected:
-            raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = {list(expected)}; "
-                           f"the matrix scored has shape {list(sims.shape)}.")
+            raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = "
+                           f"{list(expected)}; the matrix scored has shape {list(sims.shape)}.")
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 

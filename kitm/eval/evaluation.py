@@ -15,7 +15,7 @@ from kitm.eval import _checks
 from kitm.eval._views import DIRECTIONS, DirectionView
 from kitm.eval.map_at_r import map_at_r_from_ranks, ranked_precision
 from kitm.eval.ranking import chunk_rows
-from kitm.eval.retrieval import _ground_truth_ranks
+from kitm.eval.retrieval import _ground_truth_ranks, mean_rank, median_rank
 from kitm.eval.semantic import (
     _semantic_pass,
     _semantic_relevant_images,
@@ -145,9 +145,7 @@ def evaluate_per_query(
             values["ncs"] = {k: 100.0 * ncs[k] for k in ks}
             values["semantic_recall"] = {k: 100.0 * recall[k] for k in ks}
         block = figures_of(values)
-        best = ranks.ranks.min(axis=1)
-        block["medr"] = float(np.floor(np.median(best)) + 1)
-        block["meanr"] = float(best.mean() + 1)
+        block["medr"], block["meanr"] = median_rank(ranks.ranks), mean_rank(ranks.ranks)
         results[direction] = _ordered(block)
         per_query[direction] = values
     return results, per_query

@@ -15,9 +15,10 @@ Blocks of a report:
 - ``"folds"`` (with `fold_images` = F): R^V@K and R@K on folds of F images. Fold f holds images
   f*F .. (f+1)*F - 1 and their captions and ranks them only against each other; the figures are the
   mean over the folds (equal folds, so also the mean over all their queries), with ``rsum`` of the fold
-  R^V@K, at the cut-offs K <= F (a caption query of a fold ranks F images). The ``N mod F`` images after the last complete fold are left out (``images_left_out``). Flat
-  names carry the fold size: ``fold<F>_i2t_R@1``, ``fold<F>_t2i_IR_R@5``, ``fold<F>_rsum``; ``i2t_R@1``
-  and ``rsum`` are always whole-set figures. The semantic figures (NCS, SR, CS, mAP@R) stay whole-set.
+  R^V@K, at the cut-offs K <= F (a caption query of a fold ranks F images). The ``N mod F`` images
+  after the last complete fold are left out (``images_left_out``). Flat names carry the fold size:
+  ``fold<F>_i2t_R@1``, ``fold<F>_t2i_IR_R@5``, ``fold<F>_rsum``; ``i2t_R@1`` and ``rsum`` are always
+  whole-set figures. The semantic figures (NCS, SR, CS, mAP@R) stay whole-set.
 
 mAP@R and R-Precision (:mod:`kitm.eval.map_at_r`) count as positives each query's ground truth and,
 with `positive_threshold`, every candidate of relevance >= the threshold (extended positives). For the
