@@ -240,6 +240,10 @@ flags.DEFINE_integer("projector_samples", _default("projector_samples"),
 flags.DEFINE_enum("eval_relevance", _default("eval_relevance"), ["auto", "none", "truth", "cider", "sbert"],
                   "Relevance behind the validation NCS, SR and CS figures (auto: truth when the dataset has it, "
                   "else none).")
+flags.DEFINE_integer("fold_images", _default("fold_images"),
+                     "The test at the end also reports R@K on folds of this many images, each ranking only its own "
+                     "images and captions, averaged over the folds (fold<F>_i2t_R@1, ..., fold<F>_rsum; 0: none).",
+                     lower_bound=0)
 flags.DEFINE_bool("export", _default("export"), "Export a SavedModel at the end.")
 flags.DEFINE_bool("progress", _default("progress"), "Progress bars.")
 flags.DEFINE_float("collapse_threshold", _default("collapse_threshold"),

@@ -108,3 +108,15 @@ def relevance_layout(relevance: object, num_images: int, num_captions: int) -> n
         f"`relevance` has shape {relevance.shape}; expected [num_captions, num_images] = "
         f"{expected} from `sims` of shape ({num_images}, {num_captions})."
     )
+
+
+def figure(values: object) -> float:
+    """The figure of per-query values: ``float(np.nanmean(values))``, NaN (no warning) when every value is NaN.
+
+    Every mean over queries in kitm.eval goes through here, so a figure equals the nanmean of its per-query
+    array exactly (the contract of the per-query files, kitm.eval.report.write_per_query).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if np.isnan(values).all():
+        return float("nan")
+    return float(np.nanmean(values))

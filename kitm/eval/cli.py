@@ -25,10 +25,16 @@ Relevance sources (``--relevance``): none, truth (synthetic data), cider, sbert,
 :mod:`kitm.eval.relevance_sources` defines each. ``--relevance=cider`` reproduces the NCS reference's
 CIDEr-D matrices (lower case, whitespace split); ``--cider_normalization=ptb`` applies pycocoevalcap's
 PTB normalisation instead. The report (:mod:`kitm.eval.report`) holds R^V,
-R, medr, meanr, mAP, and with relevance NCS, SR and CS@K, both directions, plus the COCO 1K
-five-fold means when the set has 5 * ``--fold_size`` images. It is written atomically to
-``--out`` (default ``<run_dir>/eval_<split>_<relevance>.json``, or beside ``--sims``) and printed
-as a table. Bad input ends with one line ``kitm.eval: error: ...`` on stderr and exit status 2.
+R, medr, meanr, mAP, mAP@R and R-Precision, and with relevance NCS, SR and CS@K, both directions, plus the
+COCO 1K five-fold means when the set has 5 * ``--fold_size`` images, and with ``--fold_images=F`` R^V@K and R@K
+on folds of F images (``fold<F>_i2t_R@1``, ..., ``fold<F>_rsum``). mAP@R and R-Precision count the ground
+truth as positives, plus every item of relevance >= ``--positive_threshold`` (default: 1.0 with
+``--relevance=truth``, :data:`kitm.eval.report.TRUTH_POSITIVE_THRESHOLD`; none otherwise). It is written
+atomically to ``--out`` (default ``<run_dir>/eval_<split>_<relevance>.json``, or beside ``--sims``), with the
+per-query values of every figure that is a mean over queries beside it as ``<stem>.per_query.npz``
+(:func:`kitm.eval.report.write_per_query`), and printed as a table. ``--eccv_caption`` adds ECCV Caption's
+figures for a COCO Karpathy 5K test matrix (:mod:`kitm.eval.eccv`). Bad input ends with one line
+``kitm.eval: error: ...`` on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ import numpy as np
 from kitm.errors import KitmConfigError
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
-from kitm.eval.report import build_report, flatten_figures, format_report, recall_cutoffs, rsum, write_report_json
+from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, format_report,
+                              per_query_path, recall_cutoffs, rsum, write_per_query, write_report_json)
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
@@ -109,6 +116,25 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--fold_size", type=int, default=1000,
                          help="Images per fold of the COCO 1K protocol, reported when the set has 5 folds "
                               "(default 1000).")
+    metrics.add_argument("--fold_images", type=int,
+                         help="Also R@K on folds of this many images, each ranking only its own images and captions, "
+                              "averaged over the folds (fold<F>_i2t_R@1, ..., fold<F>_rsum; e.g. 1000 on COCO 5K for "
+                              "COCO 1K; images after the last complete fold are left out). Default: none.")
+    metrics.add_argument("--positive_threshold", default="auto",
+                         help="mAP@R and R-Precision: besides the ground truth, items whose relevance is >= this "
+                              "count as positives (a number, or none; default auto: "
+                              f"{TRUTH_POSITIVE_THRESHOLD:g} with --relevance=truth, none otherwise).")
+    metrics.add_argument("--eccv_caption", action="store_true",
+                         help="COCO Karpathy 5K test split only: also ECCV Caption's mAP@R, R-Precision and R@1, CxC "
+                              "R@K and COCO 1K / 5K R@K, by the eccv-caption package's own scorer (see "
+                              "--eccv_image_ids).")
+    metrics.add_argument("--eccv_image_ids", help="With --eccv_caption: COCO image ids of the rows of the matrix (.npy "
+                                                  "or .json list; default with --sims: the eccv-caption package's test "
+                                                  "order, the Karpathy test split's images).")
+    metrics.add_argument("--eccv_caption_ids",
+                         help="With --eccv_caption: COCO caption (annotation) ids of the columns (.npy or .json list; "
+                              "default with --sims: the package's test order, each image's five captions by ascending "
+                              "annotation id).")
     # --neighbourhood and --neighbourhood_k: the British spellings of earlier versions, kept as deprecated aliases.
     metrics.add_argument("--neighborhood", "--neighbourhood", default="none", choices=("none", "sbert"),
                          help="With --run_dir: neighbourhood preservation (Thomas & Kovashka, Table 3) against this "
@@ -148,10 +174,56 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if args.sims and args.relevance != "none" and not args.data_dir:
         raise CliError(f"--relevance={args.relevance} with --sims needs the captions of the scored split: pass "
                        "--data_dir (and --split), or pass --relevance_matrix.")
-    for flag in ("num_images", "captions_per_image", "fold_size", "batch_size", "semantic_threshold"):
+    if (args.eccv_image_ids or args.eccv_caption_ids) and not args.eccv_caption:
+        raise CliError("--eccv_image_ids and --eccv_caption_ids describe the matrix for --eccv_caption; add it.")
+    if args.eccv_caption and args.run_dir and not (args.eccv_image_ids and args.eccv_caption_ids):
+        raise CliError("--eccv_caption with --run_dir needs --eccv_image_ids and --eccv_caption_ids: kitm's records do "
+                       "not carry COCO ids, and ECCV Caption's positives are single captions, so the COCO id of every "
+                       "image and caption of the split, in evaluation order, must be given.")
+    for flag in ("num_images", "captions_per_image", "fold_size", "fold_images", "batch_size", "semantic_threshold"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise CliError(f"--{flag} must be a positive integer; got {value}.")
+
+
+def _positive_threshold(args: argparse.Namespace, relevance_name: str, has_relevance: bool) -> float | None:
+    text = str(args.positive_threshold).strip().lower()
+    if text == "auto":
+        return TRUTH_POSITIVE_THRESHOLD if relevance_name == "truth" else None
+    if text == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise CliError(f"--positive_threshold must be a number, none or auto; got "
+                       f"{args.positive_threshold!r}.") from None
+    if not np.isfinite(value):
+        raise CliError(f"--positive_threshold must be a finite number; got {args.positive_threshold!r}.")
+    if not has_relevance:
+        raise CliError(f"--positive_threshold={args.positive_threshold} extends the positives by relevance: give "
+                       "--relevance or --relevance_matrix too.")
+    return value
+
+
+def _read_ids(path: str | None, flag: str):
+    if path is None:
+        return None
+    try:
+        if path.endswith(".npy"):
+            ids = np.load(path, allow_pickle=False)
+        elif path.endswith(".json"):
+            import json
+
+            with open(path) as handle:
+                ids = np.asarray(json.load(handle))
+        else:
+            raise CliError(f"{flag}={path}: give a .npy or .json file.")
+    except (OSError, ValueError) as error:
+        raise CliError(f"{flag}={path} cannot be read: {error}") from None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.number) or (ids != np.round(ids)).any():
+        raise CliError(f"{flag}={path} must hold one list of integer COCO ids; got an array of shape {ids.shape}, "
+                       f"dtype {ids.dtype}.")
+    return ids.astype(np.int64)
 
 
 def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
@@ -161,9 +233,13 @@ def _default_out(args: argparse.Namespace, relevance_name: str) -> pathlib.Path:
     return sims.with_name(f"{sims.stem}.eval_{relevance_name}.json")
 
 
-def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fold_size: int) -> tuple[int, ...]:
+def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fold_size: int,
+             fold_images: int | None = None) -> tuple[int, ...]:
     """--ks checked against the images a caption query ranks (a fold's, when the 1K protocol is reported), or by
-    default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's validation does)."""
+    default R@1, 5, 10 without the cut-offs beyond those images (as the launcher's validation does). The figures on
+    folds of --fold_images use the cut-offs that fit a fold."""
+    if fold_images is not None and fold_images > num_images:
+        raise CliError(f"--fold_images={fold_images} is larger than the {num_images} images scored: no complete fold.")
     folds = num_images == 5 * fold_size
     limit = fold_size if folds else num_images
     if ks is None:
@@ -175,6 +251,9 @@ def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fol
         raise CliError(f"--ks={','.join(map(str, ks))} holds {too_big}, larger than the {limit} candidates a t2i "
                        f"(caption) query ranks in {where} ({limit} images): give --ks values <= {limit}, or leave "
                        f"--ks out for R@1, 5, 10 up to {limit}.")
+    if fold_images is not None and min(ks) > fold_images:
+        raise CliError(f"--ks={','.join(map(str, ks))}: no cut-off fits a fold of --fold_images={fold_images} images "
+                       f"(a caption query there ranks {fold_images}); add a K <= {fold_images}.")
     return ks
 
 
@@ -246,7 +325,17 @@ def _run(args: argparse.Namespace) -> int:
                            f"{cpi} captions per image.")
     else:
         cpi = args.captions_per_image or 5
-    ks = _cutoffs(ks, *sims.shape, args.fold_size)  # before the relevance, which may take minutes
+    ks = _cutoffs(ks, *sims.shape, args.fold_size, args.fold_images)  # before the relevance, which may take minutes
+    eccv_ids = None
+    if args.eccv_caption:
+        from kitm.eval import eccv as eccv_protocol
+
+        eccv_ids = {"image_ids": _read_ids(args.eccv_image_ids, "--eccv_image_ids"),
+                    "caption_ids": _read_ids(args.eccv_caption_ids, "--eccv_caption_ids")}
+        expected = (eccv_protocol.NUM_IMAGES, eccv_protocol.NUM_IMAGES * eccv_protocol.CAPTIONS_PER_IMAGE)
+        if sims.shape != expected:
+            raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = "
+                           f"{list(expected)}; the matrix scored has shape {list(sims.shape)}.")
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 
@@ -263,30 +352,49 @@ def _run(args: argparse.Namespace) -> int:
                                     cider_normalization=args.cider_normalization)
         seconds["relevance"] = time.time() - started
 
+    positive_threshold = _positive_threshold(args, relevance_name, relevance is not None)
     started = time.time()
-    report = build_report(sims, captions_per_image=cpi, relevance=relevance, ks=ks, include_gt=args.include_gt,
-                          semantic_threshold=args.semantic_threshold, cs_ks=cs_ks, fold_size=args.fold_size)
+    report, per_query = build_report_per_query(
+        sims, captions_per_image=cpi, relevance=relevance, ks=ks, include_gt=args.include_gt,
+        semantic_threshold=args.semantic_threshold, cs_ks=cs_ks, fold_size=args.fold_size,
+        fold_images=args.fold_images, positive_threshold=positive_threshold)
     seconds["metrics"] = time.time() - started
+    eccv = None
+    if args.eccv_caption:
+        from kitm.eval.eccv import eccv_caption_metrics
+
+        started = time.time()
+        eccv = eccv_caption_metrics(sims, **eccv_ids, ks=ks, progress=args.progress)
+        seconds["eccv_caption"] = time.time() - started
 
     import kitm
 
+    out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
     payload = {
         "kitm_version": kitm.__version__,
         "source": source,
         "relevance": {"source": relevance_name, "matrix": args.relevance_matrix,
                       "sbert_model": args.sbert_model if args.relevance == "sbert" else None,
                       "cider_normalization": args.cider_normalization if args.relevance == "cider" else None},
-        "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold},
+        "settings": {"include_gt": bool(args.include_gt), "semantic_threshold": args.semantic_threshold,
+                     "positive_threshold": positive_threshold, "fold_images": args.fold_images},
         **report,
         "neighbourhood_preservation": neighborhood,
-        "flat": flatten_figures(report["all"]),
+        "eccv_caption": eccv,
+        "flat": flat_figures(report),
         "rsum": rsum(report["all"]),
+        "per_query": per_query_path(out).name,
         "seconds": seconds,
     }
-    out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
+    # The per-query file first: a report that exists always has its per-query values beside it.
+    write_per_query(out, per_query)
     write_report_json(out, payload)
     what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
     print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
+    if eccv is not None:
+        from kitm.eval.eccv import format_eccv
+
+        print(format_eccv(eccv))
     if neighborhood is not None:
         print(f"neighbourhood preservation (k={neighborhood['k']}, {neighborhood['reference']} space): "
               f"images {neighborhood['image']:.4f}, captions {neighborhood['text']:.4f}")
@@ -302,7 +410,9 @@ def _one_line(error: BaseException) -> str:
 
 
 def _handled_errors() -> tuple[type[BaseException], ...]:
-    handled: list[type[BaseException]] = [CliError, ValueError, OSError, RelevanceUnavailable]
+    from kitm.eval.eccv import EccvCaptionUnavailable
+
+    handled: list[type[BaseException]] = [CliError, ValueError, OSError, RelevanceUnavailable, EccvCaptionUnavailable]
     tf = sys.modules.get("tensorflow")
     if tf is not None and hasattr(tf, "errors"):
         handled.append(tf.errors.OpError)

@@ -109,5 +109,5 @@ def coherent_score(
         if nan_policy == "propagate" or undefined.all():
             result[k] = float(np.mean(taus))
         else:
-            result[k] = float(np.mean(taus[~undefined]))
+            result[k] = _checks.figure(taus)  # the mean of the defined values
     return result

@@ -1,4 +1,9 @@
-"""``evaluate``: every retrieval figure of one similarity matrix, both directions."""
+"""``evaluate``: every retrieval figure of one similarity matrix, both directions.
+
+:func:`evaluate_per_query` also returns the per-query values behind every figure that is a mean over queries
+(R@K, R^V@K, mAP, NCS@K, SR@K, mAP@R, R-Precision), in percent; each figure of the result is exactly
+``float(np.nanmean(values))`` of its per-query array (NaN marks a query a figure leaves out).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ import numpy as np
 
 from kitm.eval import _checks
 from kitm.eval._views import DIRECTIONS, DirectionView
-from kitm.eval.retrieval import _ground_truth_ranks, retrieval_summary
+from kitm.eval.map_at_r import map_at_r_from_ranks, ranked_precision
+from kitm.eval.ranking import chunk_rows
+from kitm.eval.retrieval import _ground_truth_ranks, mean_rank, median_rank
 from kitm.eval.semantic import (
     _semantic_pass,
     _semantic_relevant_images,
@@ -26,6 +33,7 @@ def evaluate(
     include_gt: bool = False,
     semantic_threshold: int = 1,
     semantic_depth: int | None = None,
+    positive_threshold: float | None = None,
     chunk_size: int | None = None,
 ) -> dict[str, dict[str, object]]:
     """Retrieval metrics of `sims` in both directions.
@@ -48,18 +56,46 @@ def evaluate(
         ground truth (reference ``threshold``, default 1).
       semantic_depth: per-caption list length in SR's aggregation; default max(ks), as the
         reference (which uses its last recall cut-off).
+      positive_threshold: mAP@R and R-Precision (:mod:`kitm.eval.map_at_r`) count as relevant each
+        query's own ground truth and, with `relevance` and this threshold, every candidate whose relevance
+        is >= it (extended positives, as ECCV Caption extends COCO's); None: the ground truth only.
       chunk_size: queries per chunk (default: sized to about 4M matrix elements).
 
     Returns:
       ``{"i2t": {...}, "t2i": {...}}``; each holds "recall" (R@K, Eq. 1) and "recall_vse"
       (R^V@K, Eq. 2) as {K: percent}, "medr", "meanr" (1-based, VSE++), "map" (percent; i2t
-      with cpi positives per image, t2i with one), and with `relevance` "ncs" and
-      "semantic_recall" as {K: percent}.
+      with cpi positives per image, t2i with one), "map_at_r" and "r_precision" (percent), and
+      with `relevance` "ncs" and "semantic_recall" as {K: percent}.
 
     Example:
       >>> sims = np.eye(2).repeat(2, axis=1)        # 2 images x 4 captions, cpi=2
       >>> evaluate(sims, captions_per_image=2, ks=(1,))["i2t"]["recall"]
       {1: 50.0}
+    """
+    return evaluate_per_query(sims, captions_per_image=captions_per_image, relevance=relevance, ks=ks,
+                              include_gt=include_gt, semantic_threshold=semantic_threshold,
+                              semantic_depth=semantic_depth, positive_threshold=positive_threshold,
+                              chunk_size=chunk_size)[0]
+
+
+def evaluate_per_query(
+    sims: np.ndarray,
+    *,
+    captions_per_image: int = 5,
+    relevance: np.ndarray | None = None,
+    ks: Iterable[int] = (1, 5, 10),
+    include_gt: bool = False,
+    semantic_threshold: int = 1,
+    semantic_depth: int | None = None,
+    positive_threshold: float | None = None,
+    chunk_size: int | None = None,
+) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
+    """(:func:`evaluate`'s result, the per-query values behind it).
+
+    The second dict mirrors the first: ``{"i2t": {"recall_vse": {K: float64 [queries]}, "map": [queries],
+    ...}}`` in percent (0 or 100 for R^V@K), queries in evaluation order (images for i2t, captions for
+    t2i), NaN where a query is left out of the mean (mAP@R and R-Precision without a relevant item). medr
+    and meanr, which are not means over queries, have none. Every figure is ``float(np.nanmean(values))``.
     """
     sims = _checks.as_matrix(sims, "sims")
     cpi = _checks.positive_int(captions_per_image, "captions_per_image")
@@ -68,6 +104,13 @@ def evaluate(
     _checks.cutoffs_within(ks, num_captions, "ks", "an i2t query ranks")
     _checks.cutoffs_within(ks, num_images, "ks", "a t2i query ranks")
     relevant_images = None
+    if positive_threshold is not None:
+        if relevance is None:
+            raise ValueError(f"`positive_threshold`={positive_threshold} extends the positives by relevance; "
+                             "give `relevance` too, or leave the threshold out (None).")
+        positive_threshold = float(positive_threshold)
+        if not np.isfinite(positive_threshold):
+            raise ValueError(f"`positive_threshold` must be a finite number; got {positive_threshold}.")
     if relevance is not None:
         relevance = _checks.relevance_layout(relevance, num_images, num_captions)
         check_semantic_cutoffs(ks, num_images, num_captions, cpi, include_gt)
@@ -82,14 +125,61 @@ def evaluate(
         )
 
     results: dict[str, dict[str, object]] = {}
+    per_query: dict[str, dict[str, object]] = {}
     for direction in DIRECTIONS:
         view = DirectionView(direction, sims, cpi, relevance)
-        block = retrieval_summary(_ground_truth_ranks(view, chunk_size), ks)
+        ranks = _ground_truth_ranks(view, chunk_size)
+        values: dict[str, object] = {
+            "recall": {k: 100.0 * np.mean(ranks.ranks < k, axis=1) for k in ks},
+            "recall_vse": {k: 100.0 * (ranks.ranks.min(axis=1) < k) for k in ks},
+            "map": 100.0 * ranks.average_precision,
+        }
+        if positive_threshold is None:  # the positives are the ground truth, whose ranks are known
+            values["map_at_r"], values["r_precision"] = map_at_r_from_ranks(ranks.ranks)
+        else:
+            values["map_at_r"], values["r_precision"] = extended_map_at_r(view, positive_threshold, chunk_size)
         if relevance is not None:
             ncs, recall = _semantic_pass(
                 view, ks, bool(include_gt), True, relevant_images, chunk_size
             )
-            block["ncs"] = {k: float(100.0 * ncs[k].mean()) for k in ks}
-            block["semantic_recall"] = {k: float(100.0 * recall[k].mean()) for k in ks}
-        results[direction] = block
-    return results
+            values["ncs"] = {k: 100.0 * ncs[k] for k in ks}
+            values["semantic_recall"] = {k: 100.0 * recall[k] for k in ks}
+        block = figures_of(values)
+        block["medr"], block["meanr"] = median_rank(ranks.ranks), mean_rank(ranks.ranks)
+        results[direction] = _ordered(block)
+        per_query[direction] = values
+    return results, per_query
+
+
+_ORDER = ("recall", "recall_vse", "medr", "meanr", "map", "map_at_r", "r_precision", "ncs", "semantic_recall")
+
+
+def _ordered(block: dict[str, object]) -> dict[str, object]:
+    return {key: block[key] for key in sorted(block, key=lambda key: _ORDER.index(key) if key in _ORDER else 99)}
+
+
+def figures_of(per_query: dict[str, object]) -> dict[str, object]:
+    """Per-query values (nested dicts of arrays) -> their figures, each ``float(np.nanmean(values))``
+    (NaN, not a warning, when every value is NaN)."""
+    out: dict[str, object] = {}
+    for key, value in per_query.items():
+        out[key] = figures_of(value) if isinstance(value, dict) else _checks.figure(value)
+    return out
+
+
+def extended_map_at_r(view: DirectionView, positive_threshold: float | None,
+                      chunk_size: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query mAP@R and R-Precision (percent, NaN without a positive) of one direction: the positives of
+    a query are its ground truth plus, when `positive_threshold` is given, every candidate whose relevance
+    (``view.relevance_rows``) is >= the threshold."""
+    num_queries, num_candidates = view.num_queries, view.num_candidates
+    map_r = np.empty(num_queries)
+    precision = np.empty(num_queries)
+    for rows in chunk_rows(num_queries, num_candidates, chunk_size):
+        scores = view.scores(rows)
+        relevant = np.zeros(scores.shape, dtype=bool)
+        np.put_along_axis(relevant, view.ground_truth(rows), True, axis=1)
+        if positive_threshold is not None:
+            relevant |= view.relevance_rows(rows) >= positive_threshold
+        map_r[rows], precision[rows] = ranked_precision(scores, relevant)
+    return 100.0 * map_r, 100.0 * precision

@@ -59,6 +59,28 @@ def n_way_recall(
 ) -> dict[str, float]:
     """N-way R@1 in percent for both directions: {"i2t": ..., "t2i": ...}.
 
+    The mean over queries of :func:`n_way_recall_per_query` (arguments as there).
+    """
+    per_query = n_way_recall_per_query(sims, n, image_embeddings=image_embeddings, text_embeddings=text_embeddings,
+                                       captions_per_image=captions_per_image, seed=seed, repeats=repeats)
+    return {direction: _checks.figure(values) for direction, values in per_query.items()}
+
+
+def n_way_recall_per_query(
+    sims: np.ndarray | None,
+    n: int,
+    *,
+    image_embeddings: np.ndarray | None = None,
+    text_embeddings: np.ndarray | None = None,
+    captions_per_image: int = 1,
+    seed: int = 0,
+    repeats: int = 1,
+) -> dict[str, np.ndarray]:
+    """N-way R@1 of every query in percent, both directions: {"i2t": float64 [num_captions], "t2i": ...}.
+
+    A query is a (caption, its image) pair, in caption order; its value is the share (in percent) of the
+    `repeats` draws in which its partner beat the N - 1 distractors (0 or 100 with one draw).
+
     Give either `sims` [num_images, num_captions], or ``sims=None`` and both embedding matrices
     (scores are then their dot products, the cosine for unit rows, computed only for the
     sampled pairs): ``n_way_recall(None, 100, image_embeddings=x, text_embeddings=y)``.
@@ -117,7 +139,7 @@ def n_way_recall(
     rng = np.random.default_rng(seed)
     captions = np.arange(num_captions)
     owners = captions // cpi
-    totals = {"i2t": 0.0, "t2i": 0.0}
+    totals = {"i2t": np.zeros(num_captions), "t2i": np.zeros(num_captions)}
     for _ in range(repeats):
         # Draw from the candidates that are not the query's own, then shift past the gap.
         drawn = sample_without_replacement(rng, num_captions - cpi, distractors, num_captions)
@@ -130,5 +152,5 @@ def n_way_recall(
             ("t2i", score(other_images, captions[:, None])),
         ):
             won = np.all(rival < partner[:, None], axis=1)
-            totals[direction] += float(np.mean(won))
+            totals[direction] += won
     return {direction: 100.0 * total / repeats for direction, total in totals.items()}

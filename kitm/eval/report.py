@@ -12,6 +12,24 @@ Blocks of a report:
 - ``"coco_1k"``: when the set holds exactly five folds of `fold_size` images (5000 images for
   COCO), the same figures averaged over the five folds (:func:`kitm.eval.evaluate_folds`); the
   whole set is then the COCO 5K protocol.
+- ``"folds"`` (with `fold_images` = F): R^V@K and R@K on folds of F images. Fold f holds images
+  f*F .. (f+1)*F - 1 and their captions and ranks them only against each other; the figures are the
+  mean over the folds (equal folds, so also the mean over all their queries), with ``rsum`` of the fold
+  R^V@K, at the cut-offs K <= F (a caption query of a fold ranks F images). The ``N mod F`` images
+  after the last complete fold are left out (``images_left_out``). Flat names carry the fold size:
+  ``fold<F>_i2t_R@1``, ``fold<F>_t2i_IR_R@5``, ``fold<F>_rsum``; ``i2t_R@1`` and ``rsum`` are always
+  whole-set figures. The semantic figures (NCS, SR, CS, mAP@R) stay whole-set.
+
+mAP@R and R-Precision (:mod:`kitm.eval.map_at_r`) count as positives each query's ground truth and,
+with `positive_threshold`, every candidate of relevance >= the threshold (extended positives). For the
+synthetic world's exact relevance kitm uses :data:`TRUTH_POSITIVE_THRESHOLD` = 1.0: a caption is a
+positive of an image when every fact it states holds in that image (on average 1.6 times as many
+positives as the ground truth in either direction on a 1,000-scene world's test split), the synthetic
+analogue of ECCV Caption's verified positives. Flat names: ``i2t_mAP_at_R``, ``t2i_R_precision``.
+
+:func:`build_report_per_query` also returns, under each flat name, the per-query values of every
+figure that is a mean over queries (:func:`write_per_query`; not medr, meanr, rsum):
+``float(np.nanmean(values)) == flat figure`` exactly.
 
 CS@K follows the ladder loss paper (Zhou et al., Section IV): one caption per image (caption
 `cs_caption` of each image, the first by default), cut-offs K = N/10 and N for N images, which
@@ -21,6 +39,7 @@ candidate count on smaller sets (:func:`coherent_cutoffs`).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -29,15 +48,20 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from kitm.eval import _checks
-from kitm.eval.coherent import coherent_score
-from kitm.eval.evaluation import evaluate
-from kitm.eval.nway import n_way_recall
+from kitm.eval._views import DIRECTIONS, DirectionView
+from kitm.eval.coherent import coherent_score_per_query
+from kitm.eval.evaluation import evaluate_per_query, figures_of
+from kitm.eval.nway import n_way_recall_per_query
 from kitm.eval.protocols import average_results, fold_slices
-from kitm.files import write_text_atomically
+from kitm.eval.retrieval import _ground_truth_ranks
+from kitm.files import write_bytes_atomically, write_text_atomically
 
 # Short names of the figures for flat scalar keys (TensorBoard tags, JSON lines).
 FIGURE_NAMES = {"recall_vse": "R", "recall": "IR_R", "ncs": "NCS", "semantic_recall": "SR",
-                "coherent_score": "CS", "n_way": "NWAY_R1"}
+                "coherent_score": "CS", "n_way": "NWAY_R1", "map_at_r": "mAP_at_R", "r_precision": "R_precision"}
+# Extended positives of mAP@R and R-Precision under the synthetic world's exact relevance (module docstring).
+TRUTH_POSITIVE_THRESHOLD = 1.0
+PER_QUERY_SUFFIX = ".per_query.npz"
 # N of the N-way retrieval R@1 (Thomas & Kovashka report 5, 20 and 100); those a set is too small for are left out.
 N_WAY = (5, 20, 100)
 COCO_FOLDS = 5
@@ -95,28 +119,82 @@ def coherent_scores(
     ks = coherent_cutoffs(num_images) if ks is None else _checks.cutoffs(ks, "cs_ks")
     if not ks:
         raise ValueError(f"CS@K needs at least 2 images; the set has {num_images}.")
+    return {direction: figures_of(values) for direction, values in _coherent_per_query(
+        sims, relevance, cpi, ks, caption).items()}
+
+
+def _coherent_per_query(sims, relevance, cpi, ks, caption) -> dict[str, dict[int, np.ndarray]]:
+    """tau-b per query (NaN where undefined) of :func:`coherent_scores`: i2t over images, t2i over the
+    chosen caption of each image."""
     scores = sims[:, caption::cpi]
     degrees = relevance[caption::cpi, :]
     return {
-        "i2t": coherent_score(scores, np.ascontiguousarray(degrees.T), ks),
-        "t2i": coherent_score(np.ascontiguousarray(scores.T), degrees, ks),
+        "i2t": coherent_score_per_query(scores, np.ascontiguousarray(degrees.T), ks),
+        "t2i": coherent_score_per_query(np.ascontiguousarray(scores.T), degrees, ks),
     }
 
 
-def _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption, chunk_size):
-    result = evaluate(sims, captions_per_image=cpi, relevance=relevance, ks=ks, include_gt=include_gt,
-                      semantic_threshold=semantic_threshold, chunk_size=chunk_size)
+def _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption, chunk_size,
+           positive_threshold=None):
+    """(figures, per-query values) of one set: evaluate, CS@K and N-way R@1, both directions."""
+    result, per_query = evaluate_per_query(sims, captions_per_image=cpi, relevance=relevance, ks=ks,
+                                           include_gt=include_gt, semantic_threshold=semantic_threshold,
+                                           positive_threshold=positive_threshold, chunk_size=chunk_size)
     if relevance is not None and cs_ks:
-        cs = coherent_scores(sims, relevance, captions_per_image=cpi, ks=cs_ks, caption=cs_caption)
+        cs = _coherent_per_query(sims, relevance, cpi, cs_ks, cs_caption)
         for direction in result:
-            result[direction]["coherent_score"] = cs[direction]
+            per_query[direction]["coherent_score"] = cs[direction]
+            result[direction]["coherent_score"] = figures_of(cs[direction])
     num_images = sims.shape[0]
     fitting = [n for n in N_WAY if n <= num_images]  # n - 1 distractor images must exist
     if fitting:
-        n_way = {n: n_way_recall(sims, n, captions_per_image=cpi, seed=0) for n in fitting}
+        n_way = {n: n_way_recall_per_query(sims, n, captions_per_image=cpi, seed=0) for n in fitting}
         for direction in result:
-            result[direction]["n_way"] = {n: figures[direction] for n, figures in n_way.items()}
-    return result
+            per_query[direction]["n_way"] = {n: values[direction] for n, values in n_way.items()}
+            result[direction]["n_way"] = figures_of(per_query[direction]["n_way"])
+    return result, per_query
+
+
+def fold_recall(sims: np.ndarray, captions_per_image: int, fold_images: int, ks: Iterable[int],
+                chunk_size: int | None = None) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """R^V@K and R@K on folds of `fold_images` images (module docstring, "folds"), at the cut-offs K <= fold_images.
+
+    Returns:
+      (figures, per-query values): figures ``{"fold_images", "num_folds", "images_left_out", "i2t": {"recall_vse":
+      {K: percent}, "recall": {K: percent}}, "t2i": {...}, "rsum"}`` and per-query values ``{"i2t":
+      {"recall_vse": {K: float64 [num_images]}, ...}, "t2i": {... [num_captions]}}`` in percent, NaN for the
+      queries of the images left out.
+    """
+    sims = _checks.as_matrix(sims, "sims")
+    cpi = _checks.positive_int(captions_per_image, "captions_per_image")
+    num_images, num_captions = _checks.similarity_layout(sims, cpi)
+    size = _checks.positive_int(fold_images, "fold_images")
+    ks = _checks.cutoffs(ks)
+    if size > num_images:
+        raise ValueError(f"`fold_images`={size} is larger than the {num_images} images of the set: no complete fold.")
+    ks = tuple(k for k in ks if k <= size)  # a caption query of a fold ranks `size` images
+    if not ks:
+        raise ValueError(f"no cut-off K of `ks` is <= fold_images={size}, the images a caption query ranks in a fold.")
+    num_folds = num_images // size
+    per_query: dict[str, dict[str, object]] = {}
+    for direction in DIRECTIONS:
+        length = num_images if direction == "i2t" else num_captions
+        per_query[direction] = {"recall_vse": {k: np.full(length, np.nan) for k in ks},
+                                "recall": {k: np.full(length, np.nan) for k in ks}}
+    for images, captions in fold_slices(num_folds * size, num_folds, cpi):
+        block = sims[images, captions]
+        for direction in DIRECTIONS:
+            ranks = _ground_truth_ranks(DirectionView(direction, block, cpi), chunk_size).ranks
+            queries = images if direction == "i2t" else captions
+            for k in ks:
+                per_query[direction]["recall_vse"][k][queries] = 100.0 * (ranks.min(axis=1) < k)
+                per_query[direction]["recall"][k][queries] = 100.0 * np.mean(ranks < k, axis=1)
+    figures: dict[str, object] = {"fold_images": size, "num_folds": num_folds,
+                                  "images_left_out": num_images - num_folds * size}
+    for direction in DIRECTIONS:
+        figures[direction] = figures_of(per_query[direction])
+    figures["rsum"] = rsum(figures)
+    return figures, per_query
 
 
 def build_report(
@@ -130,9 +208,36 @@ def build_report(
     cs_ks: Iterable[int] | None = None,
     cs_caption: int = 0,
     fold_size: int | None = 1000,
+    fold_images: int | None = None,
+    positive_threshold: float | None = None,
     chunk_size: int | None = None,
 ) -> dict[str, object]:
     """Every figure of `sims` (and `relevance`), as described in the module docstring.
+
+    The report of :func:`build_report_per_query` (same arguments) without the per-query values.
+    """
+    return build_report_per_query(sims, captions_per_image=captions_per_image, relevance=relevance, ks=ks,
+                                  include_gt=include_gt, semantic_threshold=semantic_threshold, cs_ks=cs_ks,
+                                  cs_caption=cs_caption, fold_size=fold_size, fold_images=fold_images,
+                                  positive_threshold=positive_threshold, chunk_size=chunk_size)[0]
+
+
+def build_report_per_query(
+    sims: np.ndarray,
+    *,
+    captions_per_image: int = 5,
+    relevance: np.ndarray | None = None,
+    ks: Iterable[int] = (1, 5, 10),
+    include_gt: bool = False,
+    semantic_threshold: int = 1,
+    cs_ks: Iterable[int] | None = None,
+    cs_caption: int = 0,
+    fold_size: int | None = 1000,
+    fold_images: int | None = None,
+    positive_threshold: float | None = None,
+    chunk_size: int | None = None,
+) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """(report, per-query values): every figure of `sims` (and `relevance`), as the module docstring describes.
 
     Args:
       sims: [num_images, num_captions]; image i owns captions i*cpi .. i*cpi + cpi - 1.
@@ -145,12 +250,17 @@ def build_report(
       cs_caption: the caption of each image used by CS.
       fold_size: images per fold of the COCO 1K protocol; the "coco_1k" block is added when the
         set holds exactly 5 * fold_size images. None: never.
+      fold_images: F of the "folds" block (R^V@K and R@K on folds of F images); None: no such block.
+      positive_threshold: extended positives of mAP@R and R-Precision (relevance >= it, besides the ground
+        truth); None: the ground truth only. Needs `relevance`.
       chunk_size: queries per chunk in :func:`kitm.eval.evaluate`.
 
     Returns:
-      {"num_images", "num_captions", "captions_per_image", "ks", "cs_ks", "fold_size",
-      "all": {"i2t": {...}, "t2i": {...}}, and maybe "coco_1k": {...}}. Recall-like figures are
-      percent keyed by K; CS is in [-1, 1].
+      report: {"num_images", "num_captions", "captions_per_image", "ks", "cs_ks", "fold_size",
+      "positive_threshold", "all": {"i2t": {...}, "t2i": {...}}, maybe "coco_1k": {...} and "folds": {...}}.
+      Recall-like figures are percent keyed by K; CS is in [-1, 1].
+      per-query values: {flat name (:func:`flat_figures`): float64 [queries]} for every figure that is a
+      mean over queries, NaN where a query is left out; ``float(np.nanmean(values))`` is the figure.
     """
     sims = _checks.as_matrix(sims, "sims")
     cpi = _checks.positive_int(captions_per_image, "captions_per_image")
@@ -172,8 +282,15 @@ def build_report(
         "cs_ks": list(cs_ks) if use_cs else None,
         "cs_caption": cs_caption if use_cs else None,
         "fold_size": None,
+        "positive_threshold": None if positive_threshold is None else float(positive_threshold),
     }
-    report["all"] = _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption, chunk_size)
+    report["all"], per_query = _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption,
+                                      chunk_size, positive_threshold)
+    flat_per_query = _flatten(per_query, "", np.asarray)
+    if fold_images is not None:
+        folds, fold_values = fold_recall(sims, cpi, fold_images, ks, chunk_size)
+        report["folds"] = folds
+        flat_per_query.update(_flatten(fold_values, f"fold{folds['fold_images']}_", np.asarray))
     if fold_size is not None:
         fold_size = _checks.positive_int(fold_size, "fold_size")
         if num_images == COCO_FOLDS * fold_size:
@@ -183,31 +300,76 @@ def build_report(
                 block = None if relevance is None else relevance[captions, images]
                 try:
                     folds.append(_block(sims[images, captions], cpi, block, ks, include_gt, semantic_threshold,
-                                        fold_cs, cs_caption, chunk_size))
+                                        fold_cs, cs_caption, chunk_size, positive_threshold)[0])
                 except ValueError as error:
                     raise ValueError(f"COCO 1K protocol (folds of fold_size={fold_size} images): {error}") from None
             report["coco_1k"] = average_results(folds)
             report["fold_size"] = fold_size
-    return report
+    return report, flat_per_query
 
 
 def flatten_figures(figures: Mapping[str, object], prefix: str = "") -> dict[str, float]:
     """{"i2t": {"recall_vse": {1: 40.0}, "medr": 2.0}} -> {"<prefix>i2t_R@1": 40.0, "<prefix>i2t_medr": 2.0}.
 
     Entries that are not per-direction dicts of figures are skipped, so a whole
-    :func:`kitm.eval.evaluate` result or one block of :func:`build_report` can be passed.
+    :func:`kitm.eval.evaluate` result or one block of :func:`build_report` can be passed. Names:
+    :data:`FIGURE_NAMES` (``map_at_r`` -> ``mAP_at_R``, ``r_precision`` -> ``R_precision``), others as they are.
     """
-    flat: dict[str, float] = {}
+    return _flatten(figures, prefix, float)
+
+
+def _flatten(figures: Mapping[str, object], prefix: str, convert) -> dict[str, object]:
+    flat: dict[str, object] = {}
     for direction, block in figures.items():
-        if not isinstance(block, Mapping):
+        if direction not in DIRECTIONS or not isinstance(block, Mapping):
             continue
         for metric, value in block.items():
+            name = FIGURE_NAMES.get(metric, metric)
             if isinstance(value, Mapping):
                 for k, v in value.items():
-                    flat[f"{prefix}{direction}_{FIGURE_NAMES.get(metric, metric)}@{k}"] = float(v)
+                    flat[f"{prefix}{direction}_{name}@{k}"] = convert(v)
             else:
-                flat[f"{prefix}{direction}_{metric}"] = float(value)
+                flat[f"{prefix}{direction}_{name}"] = convert(value)
     return flat
+
+
+def flat_figures(report: Mapping[str, object]) -> dict[str, float]:
+    """The flat figures of a :func:`build_report` result: the whole set's (:func:`flatten_figures`), then, with a
+    "folds" block, ``fold<F>_<direction>_R@K``, ``fold<F>_<direction>_IR_R@K`` and ``fold<F>_rsum``."""
+    flat = flatten_figures(report["all"])
+    folds = report.get("folds")
+    if isinstance(folds, Mapping):
+        prefix = f"fold{folds['fold_images']}_"
+        flat.update(flatten_figures(folds, prefix))
+        flat[f"{prefix}rsum"] = float(folds["rsum"])
+    return flat
+
+
+def per_query_path(json_path: str | os.PathLike) -> pathlib.Path:
+    """``<folder>/<stem>.per_query.npz`` beside a report ``<folder>/<stem>.json``."""
+    path = pathlib.Path(json_path)
+    return path.with_name(path.stem + PER_QUERY_SUFFIX)
+
+
+def write_per_query(json_path: str | os.PathLike, per_query: Mapping[str, np.ndarray]) -> pathlib.Path:
+    """Write the per-query values of a report to :func:`per_query_path` of `json_path`, atomically.
+
+    The file contract (what a per-query bootstrap reads with ``np.load(path)[name]``):
+
+    - one float64 array per flat figure that is a mean over queries, named exactly as in the report's
+      ``"flat"``: ``i2t_R@1``, ``t2i_IR_R@5``, ``i2t_map``, ``i2t_mAP_at_R``, ``t2i_R_precision``,
+      ``i2t_NCS@10``, ``t2i_SR@5``, ``i2t_CS@100``, ``i2t_NWAY_R1@5``, ``fold100_i2t_R@1``, ...;
+    - entry q is query q in evaluation order: image q for ``i2t`` (CS: image q), caption q for ``t2i``
+      (CS: the chosen caption of image q; N-way: the pair of caption q, in both directions);
+    - values in the figure's unit (percent; CS a Kendall tau-b), NaN where the figure leaves the query out
+      (mAP@R and R-Precision without a positive, CS where tau-b is undefined, fold figures outside the
+      complete folds);
+    - ``float(np.nanmean(array))`` equals the reported figure exactly;
+    - medr, meanr and rsum (not means over queries) have no array.
+    """
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{name: np.asarray(values, dtype=np.float64) for name, values in per_query.items()})
+    return write_bytes_atomically(per_query_path(json_path), buffer.getvalue())
 
 
 def rsum(figures: Mapping[str, object]) -> float:
@@ -246,9 +408,11 @@ def format_report(report: Mapping[str, object], title: str = "") -> str:
         blocks.append(("coco_1k", f"mean over {COCO_FOLDS} folds of {report['fold_size']} images (COCO 1K)"))
     for key, caption in blocks:
         block = report[key]
-        lines.append(f"{caption} (R, IR-R, NCS, SR, mAP, N-way R@1 in percent; CS is Kendall tau-b)")
+        lines.append(f"{caption} (R, IR-R, NCS, SR, mAP, mAP@R, R-P, N-way R@1 in percent; CS is Kendall tau-b)")
         lines += _rows(block, [("R", "recall_vse", True), ("IR-R", "recall", True), ("medr", "medr", False),
                                ("meanr", "meanr", False), ("mAP", "map", False)])
+        if "map_at_r" in block["i2t"]:
+            lines += _rows(block, [("mAP@R", "map_at_r", False), ("R-P", "r_precision", False)])
         if "ncs" in block["i2t"]:
             lines += _rows(block, [("NCS", "ncs", True), ("SR", "semantic_recall", True)])
         if "coherent_score" in block["i2t"]:
@@ -256,6 +420,15 @@ def format_report(report: Mapping[str, object], title: str = "") -> str:
         if "n_way" in block["i2t"]:
             lines += _rows(block, [("N-way", "n_way", True)])  # R@1 against N - 1 random distractors
         lines.append(f"  rsum {rsum(block):.2f}")
+    folds = report.get("folds")
+    if folds:
+        left_out = f", {folds['images_left_out']} images left out" if folds["images_left_out"] else ""
+        lines.append(f"mean over {folds['num_folds']} folds of {folds['fold_images']} images{left_out} "
+                     f"(fold{folds['fold_images']}_*; R, IR-R in percent)")
+        lines += _rows(folds, [("R", "recall_vse", True), ("IR-R", "recall", True)])
+        lines.append(f"  fold{folds['fold_images']}_rsum {folds['rsum']:.2f}")
+    if report.get("positive_threshold") is not None:
+        lines.append(f"mAP@R, R-P positives: ground truth + relevance >= {report['positive_threshold']:g}")
     return "\n".join(lines)
 
 

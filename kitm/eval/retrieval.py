@@ -89,13 +89,13 @@ def _ground_truth_ranks(view: DirectionView, chunk_size: int | None) -> GroundTr
 
 def recall_from_ranks(ranks: np.ndarray, ks: Iterable[int]) -> dict[int, float]:
     """R@K (Eq. 1) in percent: mean over queries of the share of ground truth ranked < K."""
-    return {k: float(100.0 * np.mean(np.mean(ranks < k, axis=1))) for k in _checks.cutoffs(ks)}
+    return {k: _checks.figure(100.0 * np.mean(ranks < k, axis=1)) for k in _checks.cutoffs(ks)}
 
 
 def recall_vse_from_ranks(ranks: np.ndarray, ks: Iterable[int]) -> dict[int, float]:
     """R^V@K (Eq. 2) in percent: share of queries whose best ground truth is ranked < K."""
     best = ranks.min(axis=1)
-    return {k: float(100.0 * np.mean(best < k)) for k in _checks.cutoffs(ks)}
+    return {k: _checks.figure(100.0 * (best < k)) for k in _checks.cutoffs(ks)}
 
 
 def median_rank(ranks: np.ndarray) -> float:
@@ -154,7 +154,7 @@ def mean_average_precision(
     For t2i each caption has one positive and AP = 1 / #{images scoring >= its own}.
     """
     view = _view(sims, captions_per_image, direction)
-    return float(100.0 * _ground_truth_ranks(view, chunk_size).average_precision.mean())
+    return _checks.figure(100.0 * _ground_truth_ranks(view, chunk_size).average_precision)
 
 
 def retrieval_summary(ranks: GroundTruthRanks, ks: tuple[int, ...]) -> dict[str, object]:
@@ -164,5 +164,5 @@ def retrieval_summary(ranks: GroundTruthRanks, ks: tuple[int, ...]) -> dict[str,
         "recall_vse": recall_vse_from_ranks(ranks.ranks, ks),
         "medr": median_rank(ranks.ranks),
         "meanr": mean_rank(ranks.ranks),
-        "map": float(100.0 * ranks.average_precision.mean()),
+        "map": _checks.figure(100.0 * ranks.average_precision),
     }

@@ -222,7 +222,7 @@ def ncs_score(
     sims, relevance, cpi, ks = _prepare(sims, relevance, ks, captions_per_image, include_gt)
     view = DirectionView(check_direction(direction), sims, cpi, relevance)
     ncs, _ = _semantic_pass(view, ks, include_gt, True, None, chunk_size)
-    return {k: float(100.0 * ncs[k].mean()) for k in ks}
+    return {k: _checks.figure(100.0 * ncs[k]) for k in ks}
 
 
 def semantic_recall(
@@ -252,4 +252,4 @@ def semantic_recall(
     )
     view = DirectionView(check_direction(direction), sims, cpi, relevance)
     _, recall = _semantic_pass(view, ks, include_gt, False, relevant, chunk_size)
-    return {k: float(100.0 * recall[k].mean()) for k in ks}
+    return {k: _checks.figure(100.0 * recall[k]) for k in ks}

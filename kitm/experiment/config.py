@@ -137,6 +137,7 @@ class EvaluationConfig:
     test_crops: int = 1
     projector_samples: int = 500
     eval_relevance: str = "auto"  # auto: truth when the dataset has it, else none
+    fold_images: int = 0  # the test also reports R@K on folds of this many images (0: none)
 
 
 @dataclasses.dataclass(frozen=True)

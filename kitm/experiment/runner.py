@@ -126,6 +126,10 @@ def check_training_settings(config: ExperimentConfig, info) -> None:
         if t.finetune_after_epochs >= t.epochs:
             raise KitmConfigError(f"{option('finetune_after_epochs')}={t.finetune_after_epochs} leaves no "
                                   f"fine-tuning epoch within {option('epochs')}={t.epochs}.")
+    test_split = "test" if "test" in info.splits else ("val" if "val" in info.splits else None)
+    if config.evaluation.fold_images and test_split and config.evaluation.fold_images > info.num_images(test_split):
+        raise KitmConfigError(f"{option('fold_images')}={config.evaluation.fold_images} is larger than the "
+                              f"{info.num_images(test_split)} images of the {test_split} split: no complete fold.")
     if config.evaluation.test_crops > 1 and info.image_mode != "encoded":
         raise KitmConfigError(f"{option('test_crops')}={config.evaluation.test_crops} crops images; "
                               f"{config.data.data_dir} holds {info.image_mode} features.")
@@ -193,10 +197,11 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.callbacks.projector import ProjectorCallback
-    from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation, flatten_report
+    from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions, training_dataset
-    from kitm.eval import build_report, format_report
-    from kitm.eval.report import recall_cutoffs, rsum
+    from kitm.eval import format_report
+    from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, per_query_path,
+                                  recall_cutoffs, rsum, write_per_query)
     from kitm.layers import CaptionTokenizer, build_vocabulary
     from kitm.metrics import EmbeddingCollapse
     from kitm.models import DualEncoder
@@ -311,7 +316,7 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
     verbose = (1 if sys.stdout.isatty() else 2) if t.progress else 0
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
-    report = None
+    report = test_figures = None
     # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     history = trainer.fit(model, train.dataset, callbacks, steps_per_epoch=steps_per_epoch, verbose=verbose)
     train_seconds = time.time() - train_started
@@ -320,13 +325,20 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
         test = evaluation_dataset(data_dir, test_split, tokenizer, pipeline_config)
         images, texts, _ = embed_dataset(model, test, progress=t.progress, total=info.num_images(test_split))
         relevance = evaluation_relevance(config, data_dir, test_split, info, limit=None).get("relevance")
-        # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included).
-        full_report = build_report(similarity_matrix(images, texts), captions_per_image=info.captions_per_image,
-                                   relevance=relevance, ks=recall_cutoffs(info.num_images(test_split)))
+        # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included). A relevance
+        # matrix here is the synthetic world's truth: mAP@R counts its fully relevant items as positives.
+        fold_images = evaluation.fold_images or None
+        full_report, per_query = build_report_per_query(
+            similarity_matrix(images, texts), captions_per_image=info.captions_per_image, relevance=relevance,
+            ks=recall_cutoffs(info.num_images(test_split)),
+            fold_images=fold_images, positive_threshold=None if relevance is None else TRUTH_POSITIVE_THRESHOLD)
         report = full_report["all"]
+        test_figures = flat_figures(full_report)
         print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
-        write_final_figures(run_dir / "logs", {**flatten_report(report, ""), "rsum": rsum(report)},
+        write_final_figures(run_dir / "logs", {**test_figures, "rsum": rsum(report)},
                             step=len(history.history.get("loss", [])))
+        # Beside summary.json, before it: the per-query values of the test figures (kitm.eval.report.write_per_query).
+        write_per_query(run_dir / SUMMARY_FILE, per_query)
 
     export_path = None
     if config.export.export:
@@ -349,7 +361,8 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
         "history": history.history,
         "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
         "test_split": test_split,
-        "test": flatten_report(report, "") if report else None,
+        "test": test_figures if report else None,
+        "test_per_query": per_query_path(SUMMARY_FILE).name if report else None,
         "seconds": {"total": time.time() - started, "training": train_seconds},
         "export": export_path,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),

@@ -3,7 +3,9 @@
 A run is scored by ``python -m kitm.eval --run_dir=... --out=<run_dir>/study_eval.json``. That JSON holds
 ``"flat"`` (:func:`kitm.eval.report.flatten_figures` of the whole set: ``i2t_R@1`` for VSE++ recall R^V@1,
 ``i2t_IR_R@1`` for information-retrieval recall, ``i2t_NCS@10``, ``i2t_SR@5``, ``i2t_CS@30``, ``i2t_medr``,
-``i2t_meanr``, ``i2t_map``, ``i2t_NWAY_R1@5``, the same with ``t2i_``) and ``"rsum"`` (sum of R^V@K over both
+``i2t_meanr``, ``i2t_map``, ``i2t_mAP_at_R``, ``i2t_R_precision``, ``i2t_NWAY_R1@5``, the same with ``t2i_``; with
+``--fold_images=F`` also ``fold<F>_i2t_R@1``, ``fold<F>_t2i_IR_R@5`` and ``fold<F>_rsum``, R@K on folds of F images,
+whose family keeps the prefix: ``fold100_R``) and ``"rsum"`` (sum of R^V@K over both
 directions and every K). :func:`run_figures` merges them into one {name: value} dict, with Thomas & Kovashka's
 neighbourhood preservation when kitm.eval ran with ``--neighborhood``: ``NP_text`` and ``NP_image`` (percent of
 an item's k nearest neighbours in the text-only space that stay among its k nearest in the learned space).
@@ -30,18 +32,20 @@ DEFAULT_FAMILIES = (FIGURE_NAMES["recall_vse"], FIGURE_NAMES["ncs"], FIGURE_NAME
 RSUM = "rsum"
 NEIGHBORHOOD = ("NP_text", "NP_image")
 
-_KEYED = re.compile(r"^(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+?)@(?P<k>\d+)$")
-_PLAIN = re.compile(r"^(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+)$")
+_KEYED = re.compile(r"^(?P<fold>fold\d+_)?(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+?)@(?P<k>\d+)$")
+_PLAIN = re.compile(r"^(?P<fold>fold\d+_)?(?P<direction>i2t|t2i)_(?P<family>[A-Za-z0-9_]+)$")
 
 
 def parse_metric(name: str) -> tuple[str | None, str, int | None]:
-    """``"i2t_R@5"`` -> ("i2t", "R", 5); ``"t2i_medr"`` -> ("t2i", "medr", None); ``"rsum"`` -> (None, "rsum", None)."""
+    """``"i2t_R@5"`` -> ("i2t", "R", 5); ``"t2i_medr"`` -> ("t2i", "medr", None); ``"rsum"`` -> (None, "rsum", None);
+    ``"fold100_i2t_R@1"`` -> ("i2t", "fold100_R", 1) (R@1 on folds of 100 images); ``"fold100_rsum"`` -> (None,
+    "fold100_rsum", None)."""
     match = _KEYED.match(name)
     if match:
-        return match["direction"], match["family"], int(match["k"])
+        return match["direction"], (match["fold"] or "") + match["family"], int(match["k"])
     match = _PLAIN.match(name)
     if match:
-        return match["direction"], match["family"], None
+        return match["direction"], (match["fold"] or "") + match["family"], None
     return None, name, None
 
 

@@ -13,7 +13,7 @@ import pytest
 def mirrored_run(tiny_synthetic, tmp_path_factory, launch, tiny_flags):
     run_dir = tmp_path_factory.mktemp("runs") / "mirrored"
     result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=2",
-                      "--eval_every_epochs=1", "--strategy=mirrored", "--cpu_devices=2"])
+                      "--eval_every_epochs=1", "--strategy=mirrored", "--cpu_devices=2", "--fold_images=6"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return run_dir, result
 
@@ -27,6 +27,14 @@ def test_mirrored_run_trains_evaluates_and_writes_everything(mirrored_run):
     assert np.isfinite(summary["final_train_metrics"]["loss"])
     assert set(summary["test"]) >= {"i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10",
                                     "i2t_NCS@1", "t2i_SR@10"}  # the synthetic world's truth gives NCS and SR
+    # --fold_images=6: R@K on the 2 folds of the 12 test images (K <= 6 only), and mAP@R on the extended positives.
+    assert {"fold6_i2t_R@1", "fold6_t2i_R@5", "fold6_rsum", "i2t_mAP_at_R", "t2i_R_precision"} <= set(summary["test"])
+    assert "fold6_i2t_R@10" not in summary["test"] and summary["flags"]["fold_images"] == 6
+    with np.load(run_dir / summary["test_per_query"]) as per_query:
+        assert summary["test_per_query"] == "summary.per_query.npz"
+        for name in per_query.files:
+            assert float(np.nanmean(per_query[name])) == summary["test"][name], name
+        assert "fold6_i2t_R@1" in per_query.files and "i2t_medr" not in per_query.files
     assert summary["flags"]["strategy"] == "mirrored"
     assert "text->image" in result.stdout
     for name in ("vocabulary.txt", "checkpoints/last.weights.h5", "evaluations.jsonl", "export/1/saved_model.pb"):

@@ -170,12 +170,14 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     world = synthetic.generate_world(120, seed=7, image_size=32)
     caption_facts = world.caption_facts[image_index].reshape(-1, CAPTION_FACT_WIDTH)
     truth = truth_relevance(world.scene_facts[image_index], caption_facts, image_size=32).T
-    _assert_same_figures(report["all"], evaluate(sims, relevance=truth))
+    # mAP@R and R-Precision count the captions fully true of an image as its positives (truth relevance 1.0).
+    _assert_same_figures(report["all"], evaluate(sims, relevance=truth, positive_threshold=1.0))
+    assert report["positive_threshold"] == report["settings"]["positive_threshold"] == 1.0
     assert report["source"]["split"] == "test" and report["relevance"]["source"] == "truth"
     assert report["source"]["data_dir"] == str(tiny_synthetic)
     assert report["num_images"] == 12 and report["cs_ks"] == [2, 12]
-    assert set(report["all"]["i2t"]) == {"recall", "recall_vse", "medr", "meanr", "map", "ncs", "semantic_recall",
-                                         "coherent_score", "n_way"}
+    assert set(report["all"]["i2t"]) == {"recall", "recall_vse", "medr", "meanr", "map", "map_at_r", "r_precision",
+                                         "ncs", "semantic_recall", "coherent_score", "n_way"}
     # N-way R@1 for the N Thomas & Kovashka report that fit 12 images (5 only), as kitm.eval.n_way_recall computes it.
     from kitm.eval import n_way_recall
 
