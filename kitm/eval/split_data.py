@@ -31,6 +31,7 @@ class SplitData:
         or None when not read.
       scene_facts: int64 [images, objects * 7] of the synthetic world, or None.
       caption_facts: int64 [images * cpi, 11] of the synthetic world, or None.
+      image_keys: the records' image/key (the source's name for each image: a file name, a COCO id).
     """
 
     info: object
@@ -40,6 +41,7 @@ class SplitData:
     images: list[bytes] | np.ndarray | None
     scene_facts: np.ndarray | None = None
     caption_facts: np.ndarray | None = None
+    image_keys: list[str] | None = None
 
     @property
     def num_images(self) -> int:
@@ -70,7 +72,7 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
         raise ValueError(f"`limit` must be a positive integer or None; got {limit!r}.")
     spec = schema.feature_spec(info)
     truth = "truth" in info.relevance
-    keys = ["image/id", "captions"]
+    keys = ["image/id", "image/key", "captions"]
     if with_images and info.image_mode == "none":
         raise KitmDataError(f"The dataset at {data_dir} holds captions only (built without images); it can be "
                             "read with with_images=False, or evaluated from a similarity matrix (--sims).")
@@ -102,7 +104,7 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
     cpi = info.captions_per_image
     images = None
     if with_images:
-        stored = merged[keys[2]]
+        stored = merged[keys[3]]
         images = list(stored) if info.image_mode == "encoded" else stored.astype(np.float32)
     return SplitData(
         info=info,
@@ -112,6 +114,7 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
         images=images,
         scene_facts=merged[schema.TRUTH_SCENE_FACTS] if truth else None,
         caption_facts=merged[schema.TRUTH_CAPTION_FACTS].reshape(len(merged["image/id"]) * cpi, -1) if truth else None,
+        image_keys=[key.decode("utf-8") for key in merged["image/key"]],
     )
 
 

@@ -1,0 +1,255 @@
+"""Building a search index: embed every image (and caption) with a run's SavedModel, then write the faiss indexes.
+
+An index is a folder (``kitm.index.store`` reads it):
+
+| file | content |
+|---|---|
+| manifest.json | format, the model (SavedModel path, fingerprint, embedding width), the source, counts, each faiss index's kind and measured recall, the build's seconds, skipped files |
+| images.json | per image: its path (file, or `<split>/<image key>`), SHA-256 of its bytes, the thumbnail's type |
+| thumbnails.bin, thumbnail_offsets.npy | every thumbnail's bytes, concatenated, and their [N + 1] offsets |
+| image_embeddings.npy, images.faiss | float32 [N, D]; the faiss index over them |
+| captions.json, caption_embeddings.npy, captions.faiss | where the data has captions: [{"text", "image"}], [C, D], the index |
+| truth.npz | the synthetic world's facts (exact relevance of any of its captions to any of its images) |
+| document_frequency.json.gz | CIDEr-D's document frequencies over the images' captions (relevance of a typed query) |
+
+The work happens in ``<out>.partial/``: images are embedded in chunks, each chunk saved (embeddings, thumbnails,
+digests) under a temporary name and renamed when whole, so a killed build started again with the same inputs,
+model and options resumes after its last whole chunk; with anything changed it starts over (and says so). The
+finished index is assembled in ``<out>.tmp`` and renamed onto ``<out>``: a reader sees no index, the old one, or
+the whole new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from kitm.errors import KitmDataError
+from kitm.files import atomic_path, read_json, write_json_atomically
+from kitm.index.sources import THUMBNAIL_SIDE, IndexSource, prepare_image, source_manifest
+from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL, build_vector_index, write_index
+
+FORMAT = "kitm.index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DEFAULT_CHUNK = 256
+_STATE = "state.json"
+
+
+@dataclasses.dataclass
+class BuildOptions:
+    """How an index is built (library callers; the CLI's flags map onto these)."""
+
+    batch_size: int = 64
+    chunk_size: int = DEFAULT_CHUNK
+    exact_threshold: int = DEFAULT_EXACT_THRESHOLD
+    target_recall: float = DEFAULT_TARGET_RECALL
+    overwrite: bool = False
+    progress: bool = True
+
+
+def _partial_dir(out: pathlib.Path) -> pathlib.Path:
+    return out.with_name(out.name + ".partial")
+
+
+def _log(message: str, progress: bool) -> None:
+    if progress:
+        tqdm.write(message, file=sys.stderr)
+
+
+def _start_work(work: pathlib.Path, signature: str, progress: bool) -> None:
+    """Keep `work` when it was started with `signature` (resume), else empty it (start over)."""
+    state = read_json(work / _STATE) if (work / _STATE).is_file() else None
+    if isinstance(state, dict) and state.get("signature") == signature:
+        return
+    if work.exists():
+        _log(f"{work}: left by a build with other inputs, model or options; starting over.", progress)
+        shutil.rmtree(work)
+    (work / "chunks").mkdir(parents=True)
+    write_json_atomically(work / _STATE, {"signature": signature})
+
+
+def _chunk_path(work: pathlib.Path, chunk: int) -> pathlib.Path:
+    return work / "chunks" / f"images-{chunk:05d}.npz"
+
+
+def _embed_batches(embed, values: list, batch_size: int, bar) -> np.ndarray:
+    parts = []
+    for start in range(0, len(values), batch_size):
+        batch = values[start:start + batch_size]
+        parts.append(np.asarray(embed(batch), np.float32))
+        bar.update(len(batch))
+    return np.concatenate(parts) if parts else np.zeros([0, 0], np.float32)
+
+
+def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int, bar) -> dict:
+    from kitm.index.model import embed_images
+
+    raw = source.read(positions)
+    prepared = [prepare_image(data) for data in raw]
+    valid = np.array([item.error is None for item in prepared])
+    errors = [item.error or "" for item in prepared]
+    bar.update(int((~valid).sum()))
+    embeddings = _embed_batches(lambda batch: embed_images(loaded, batch),
+                                [item.model_bytes for item in prepared if item.error is None], batch_size, bar)
+    thumbs = [item.thumbnail or b"" for item in prepared]
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in thumbs])]).astype(np.int64)
+    return {"embeddings": embeddings, "valid": valid,
+            "sha256": np.array([hashlib.sha256(data).hexdigest() for data in raw]),
+            "errors": np.array(errors), "thumb_types": np.array([item.thumbnail_type for item in prepared]),
+            "thumbs": np.frombuffer(b"".join(thumbs), np.uint8), "thumb_offsets": offsets}
+
+
+def _save_npz(path: pathlib.Path, arrays: dict) -> None:
+    with atomic_path(path, ".npz") as tmp:
+        np.savez(tmp, **arrays)
+
+
+def _save_npy(path: pathlib.Path, array: np.ndarray) -> None:
+    with atomic_path(path, ".npy") as tmp:
+        np.save(tmp, array)
+
+
+def _document_frequency(captions: list[list[str]]):
+    from kitm.relevance import DocumentFrequency
+
+    return DocumentFrequency.from_reference_groups([[c.lower() for c in group] for group in captions],
+                                                   normalize=False)
+
+
+def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | os.PathLike,
+                options: BuildOptions | None = None) -> dict:
+    """Build the index of `source` with the SavedModel at `export_dir` into the folder `out`; returns its manifest.
+
+    Raises KitmDataError when `out` holds an index and `options.overwrite` is false, or when nothing in `source`
+    is a readable image.
+    """
+    from kitm.index.model import embed_texts, load_model, model_fingerprint
+
+    options = options or BuildOptions()
+    for name in ("batch_size", "chunk_size"):
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KitmDataError(f"--{name} must be a positive integer; got {value!r}.")
+    out = pathlib.Path(out)
+    if out.exists() and not options.overwrite:
+        raise KitmDataError(f"--out={out} exists; pass --overwrite to replace it, or choose another --out.")
+    began = started = time.perf_counter()
+    export_dir = pathlib.Path(export_dir)
+    loaded = load_model(export_dir)
+    fingerprint = model_fingerprint(export_dir)
+    signature = hashlib.sha256(json.dumps([FORMAT_VERSION, source.signature, fingerprint, options.chunk_size,
+                                           THUMBNAIL_SIDE]).encode()).hexdigest()
+    work = _partial_dir(out)
+    _start_work(work, signature, options.progress)
+    model_seconds = time.perf_counter() - started
+
+    chunks = [range(start, min(start + options.chunk_size, source.num_images))
+              for start in range(0, source.num_images, options.chunk_size)]
+    done = [c for c in range(len(chunks)) if _chunk_path(work, c).is_file()]
+    if done:
+        _log(f"Resuming {out}: {sum(len(chunks[c]) for c in done)} of {source.num_images} images already embedded.",
+             options.progress)
+    started = time.perf_counter()
+    with tqdm(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
+              file=sys.stderr) as bar:
+        bar.update(sum(len(chunks[c]) for c in done))
+        for c, positions in enumerate(chunks):
+            if c not in done:
+                _save_npz(_chunk_path(work, c), _embed_chunk(loaded, source, positions, options.batch_size, bar))
+    parts = []
+    for c in range(len(chunks)):
+        with np.load(_chunk_path(work, c)) as loaded_chunk:
+            parts.append({key: loaded_chunk[key] for key in loaded_chunk.files})
+    image_seconds = time.perf_counter() - started
+
+    valid = np.concatenate([part["valid"] for part in parts])
+    if not valid.any():
+        first = next(str(e) for part in parts for e in part["errors"] if e)
+        raise KitmDataError(f"None of the {source.num_images} files under --images is a readable image ({first}).")
+    image_embeddings = np.concatenate([part["embeddings"] for part in parts if len(part["embeddings"])])
+    kept = np.flatnonzero(valid)
+
+    started = time.perf_counter()
+    caption_embeddings = captions = None
+    if source.captions is not None:
+        captions = [{"text": text, "image": int(new)} for new, old in enumerate(kept)
+                    for text in source.captions[old]]
+        path = work / "caption_embeddings.npy"
+        if path.is_file():
+            caption_embeddings = np.load(path)
+        else:
+            with tqdm(total=len(captions), desc="embedding captions", unit="caption",
+                      disable=not options.progress, file=sys.stderr) as bar:
+                caption_embeddings = _embed_batches(lambda batch: embed_texts(loaded, batch),
+                                                    [c["text"] for c in captions], options.batch_size, bar)
+            _save_npy(path, caption_embeddings)
+    caption_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    image_index = build_vector_index(image_embeddings, caption_embeddings, exact_threshold=options.exact_threshold,
+                                     target_recall=options.target_recall)
+    caption_index = None
+    if caption_embeddings is not None:
+        caption_index = build_vector_index(caption_embeddings, image_embeddings,
+                                           exact_threshold=options.exact_threshold,
+                                           target_recall=options.target_recall)
+    index_seconds = time.perf_counter() - started
+
+    skipped = [{"path": source.paths[i], "error": str(error)} for i, error in
+               enumerate(e for part in parts for e in part["errors"]) if error]
+    thumb_types = np.concatenate([part["thumb_types"] for part in parts])
+    digests = np.concatenate([part["sha256"] for part in parts])
+    images = [{"path": source.paths[old], "sha256": str(digests[old]), "thumbnail_type": str(thumb_types[old])}
+              for old in kept]
+    relevance = "truth" if source.scene_facts is not None else ("cider" if captions else None)
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "model": {"export_dir": str(export_dir.resolve()), "fingerprint": fingerprint,
+                  "embedding_dim": int(image_embeddings.shape[1])},
+        "source": source_manifest(source),
+        "num_images": int(len(kept)), "num_captions": len(captions) if captions else 0,
+        "captions_per_image": len(source.captions[0]) if source.captions else 0,
+        "relevance": relevance,
+        "images_index": image_index.describe(),
+        "captions_index": caption_index.describe() if caption_index else None,
+        "skipped": skipped,
+        "seconds": {"load_model": round(model_seconds, 3), "embed_images": round(image_seconds, 3),
+                    "embed_captions": round(caption_seconds, 3), "faiss": round(index_seconds, 3)},
+    }
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        write_index(image_index.index, tmp / "images.faiss")
+        np.save(tmp / "image_embeddings.npy", image_embeddings)
+        with open(tmp / "thumbnails.bin", "wb") as stream:
+            sizes = []
+            for part in parts:
+                for i in np.flatnonzero(part["valid"]):
+                    begin, end = part["thumb_offsets"][i], part["thumb_offsets"][i + 1]
+                    stream.write(part["thumbs"][begin:end].tobytes())
+                    sizes.append(end - begin)
+        np.save(tmp / "thumbnail_offsets.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+        (tmp / "images.json").write_text(json.dumps(images, ensure_ascii=False))
+        if captions is not None:
+            write_index(caption_index.index, tmp / "captions.faiss")
+            np.save(tmp / "caption_embeddings.npy", caption_embeddings)
+            (tmp / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
+            _document_frequency([source.captions[old] for old in kept]).save(tmp / "document_frequency.json.gz")
+        if source.scene_facts is not None:
+            cpi = len(source.captions[0])
+            caption_rows = (kept[:, None] * cpi + np.arange(cpi)).reshape(-1)
+            np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
+                     caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))
+        manifest["seconds"]["total"] = round(time.perf_counter() - began, 3)
+        write_json_atomically(tmp / MANIFEST, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
