@@ -233,3 +233,50 @@ def tiny_synthetic(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("data") / "synthetic"
     build_synthetic(root, num_scenes=120, seed=7, image_size=32, num_shards=2, progress=False)
     return root
+
+
+def _export_tiny_search_model(base: pathlib.Path, vocabulary, seed: int) -> pathlib.Path:
+    import keras
+    import tensorflow as tf
+
+    from kitm.layers import CaptionTokenizer, SmallConvEncoder
+    from kitm.models import DualEncoder
+    from kitm.serving import export_new_version
+
+    keras.utils.set_random_seed(seed)
+    tokenizer = CaptionTokenizer(vocabulary, 12, name="tokenizer")
+    # A bag-of-words text tower: a GRU's graph costs seconds to trace and export, and nothing here needs one.
+    text = keras.Sequential([keras.layers.Embedding(tokenizer.vocabulary_size, 8), keras.layers.GlobalAveragePooling1D()])
+    model = DualEncoder(SmallConvEncoder(filters=(4, 4, 4, 4), width=8), text, embedding_dim=8)
+    model({"image": tf.zeros([1, 32, 32, 3]), "tokens": tf.zeros([1, 12], tf.int32)})
+    return pathlib.Path(export_new_version(model, tokenizer, base / "export", image_size=32))
+
+
+@pytest.fixture(scope="session")
+def tiny_search_run(tiny_synthetic, tmp_path_factory) -> pathlib.Path:
+    """A run directory (summary.json naming tiny_synthetic, export/1) holding an untrained tiny model's SavedModel
+    over 32 px images (a 4-filter CNN, a bag of words; joint space 8): what kitm.index and kitm.search tests embed
+    with. A second model of other weights is `<run>/../other/export/1`."""
+    import json
+
+    from kitm.eval.split_data import read_split
+
+    run = tmp_path_factory.mktemp("search_model") / "run"
+    words = sorted({word for caption in read_split(tiny_synthetic, "train", with_images=False).captions
+                    for word in caption.lower().split()})
+    _export_tiny_search_model(run, words, seed=0)
+    _export_tiny_search_model(run.parent / "other", words, seed=1)
+    (run / "summary.json").write_text(json.dumps({"flags": {"data_dir": str(tiny_synthetic)}}))
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_search_index(tiny_search_run, tiny_synthetic, tmp_path_factory) -> pathlib.Path:
+    """The index (kitm.index) of tiny_synthetic's test split (12 images, 60 captions, the world's truth) embedded by
+    tiny_search_run's model."""
+    from kitm.index import BuildOptions, build_index, dataset_source
+
+    out = tmp_path_factory.mktemp("search_index") / "index"
+    build_index(dataset_source(tiny_synthetic, "test"), tiny_search_run / "export" / "1", out,
+                BuildOptions(progress=False, chunk_size=5))
+    return out

@@ -165,8 +165,10 @@ def prepare_image(data: bytes, *, thumbnail_side: int = THUMBNAIL_SIDE) -> Prepa
             orientation = opened.getexif().get(_EXIF_ORIENTATION, 1)
             opened.load()
             image = ImageOps.exif_transpose(opened) if orientation not in (None, 1) else opened.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        return PreparedImage(None, None, error=f"not a readable image ({error})")
+    except UnidentifiedImageError:
+        return PreparedImage(None, None, error="not a PNG, JPEG, GIF, BMP or WebP image (Pillow cannot identify it)")
+    except (OSError, SyntaxError, ValueError) as error:
+        return PreparedImage(None, None, error=f"a damaged image ({error})")
     if image.mode not in ("RGB", "L", "RGBA", "P"):
         image = image.convert("RGB")
     if fmt in _DECODABLE and orientation in (None, 1):

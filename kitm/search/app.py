@@ -1,0 +1,104 @@
+"""The search web app (FastAPI): one HTML page with its script and style, and the JSON API the page calls.
+
+| route | what |
+|---|---|
+| GET / | the page (static/index.html, app.js, style.css) |
+| GET /api/info | the index: counts, model, relevance source, each faiss index's kind and recall, the limits |
+| POST /api/search/text | body {"query": "...", "k": 10}: the nearest images, scores, graded relevance |
+| GET /api/search/text?q=...&k=10 | the same for a short query typed into a URL |
+| POST /api/search/image?k=10 | body: the image file's bytes; the nearest captions and images |
+| GET /api/search/image/{n}?k=10 | the same for indexed image n |
+| GET /api/thumbnail/{n} | image n's thumbnail |
+
+Errors answer {"error": "<message>"} with a 4xx status (an empty or over-long query, a non-image upload, too large
+a body, an unknown image) and the server goes on serving; bodies are read up to a bound, never whole first.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from kitm.search.engine import MAX_QUERY_CHARS, MAX_UPLOAD_BYTES, QueryError, Searcher
+
+STATIC = pathlib.Path(__file__).resolve().with_name("static")
+_MAX_JSON_BYTES = 4 * MAX_QUERY_CHARS + 200_000
+
+
+async def _bounded_body(request, limit: int, what: str) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise QueryError(f"The {what} is {int(declared):,} bytes; at most {limit:,} are accepted.", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise QueryError(f"The {what} is more than {limit:,} bytes; at most {limit:,} are accepted.", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(searcher: Searcher):
+    """The FastAPI app serving `searcher`."""
+    app = FastAPI(title="kitm search", docs_url="/api/docs", redoc_url=None, openapi_url="/api/openapi.json")
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.exception_handler(QueryError)
+    async def query_error(request: Request, error: QueryError):
+        return JSONResponse({"error": str(error)}, status_code=error.status)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception):  # a bug must not take the server down
+        return JSONResponse({"error": f"The search failed: {type(error).__name__}: {error}"}, status_code=500)
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/api/info")
+    async def info():
+        return searcher.info()
+
+    @app.post("/api/search/text")
+    async def search_text_post(request: Request):
+        body = await _bounded_body(request, _MAX_JSON_BYTES, "request body")
+        try:
+            payload = json.loads(body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise QueryError('The body must be JSON: {"query": "a red circle", "k": 10}.') from None
+        if not isinstance(payload, dict) or "query" not in payload:
+            raise QueryError('The body must be a JSON object with a "query": {"query": "a red circle", "k": 10}.')
+        return await run_in_threadpool(searcher.search_text, payload["query"], payload.get("k", 10))
+
+    @app.get("/api/search/text")
+    async def search_text_get(q: str = "", k: str = "10"):
+        return await run_in_threadpool(searcher.search_text, q, k)
+
+    @app.post("/api/search/image")
+    async def search_image_post(request: Request, k: str = "10"):
+        data = await _bounded_body(request, MAX_UPLOAD_BYTES, "image")
+        return await run_in_threadpool(searcher.search_image_bytes, data, k)
+
+    @app.get("/api/search/image/{position}")
+    async def search_image_get(position: str, k: str = "10"):
+        return await run_in_threadpool(searcher.search_indexed_image, position, k)
+
+    @app.get("/api/thumbnail/{position}")
+    async def thumbnail(position: str):
+        data, media_type = searcher.thumbnail(position)
+        return Response(data, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
+
+    return app
+
+
+def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
+    """Serve the app with uvicorn until interrupted."""
+    import uvicorn
+
+    uvicorn.run(create_app(searcher), host=host, port=port, log_level=log_level,
+                limit_concurrency=64, timeout_keep_alive=5)

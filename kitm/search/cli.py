@@ -1,0 +1,74 @@
+"""``python -m kitm.search``: a web page to search an index (``python -m kitm.index``) by caption or by image.
+
+    python -m kitm.search --index=indexes/demo                 # then open http://127.0.0.1:8000
+    python -m kitm.search --index=indexes/pictures --port=8080
+
+Type a caption to see the nearest images as thumbnails with their scores, or drop an image to see the nearest
+captions; where the index knows graded relevance (the synthetic world's truth, or CIDEr-D against a dataset's
+captions) each result shows it beside its rank. The same searches are a JSON API (``/api/search/text``,
+``/api/search/image``; ``/api/docs`` lists them). The server listens on 127.0.0.1 unless ``--host`` says otherwise.
+Bad input ends with one line ``kitm.search: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from kitm.errors import KitmConfigError
+
+PROG = "kitm.search"
+EXIT_BAD_INPUT = 2
+
+
+class CliError(KitmConfigError):
+    """Bad arguments: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise CliError(f"{message} (see python -m {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Serve a web page (and a JSON API) that searches a kitm index by caption or by "
+                                 "image.")
+    parser.add_argument("--index", required=True, help="An index folder written by python -m kitm.index.")
+    parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default 8000).")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the "
+                             "network, without any authentication).")
+    parser.add_argument("--export_dir", help="The SavedModel the index was built with, where it has moved "
+                                             "(default: the path the index recorded). Another model is refused.")
+    parser.add_argument("--log_level", default="warning", choices=("critical", "error", "warning", "info", "debug"),
+                        help="uvicorn's log level (default warning).")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kitm.search.app import serve
+    from kitm.search.engine import Searcher
+
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port must be between 1 and 65535; got {args.port}.")
+    searcher = Searcher.open(args.index, args.export_dir)
+    info = searcher.info()
+    print(f"kitm.search: {args.index}: {info['num_images']} images, {info['num_captions']} captions; "
+          f"serving on http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
+    serve(searcher, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
+    from kitm.eval.cli import _one_line
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        return _run(build_parser().parse_args(argv))
+    except (CliError, ValueError, OSError) as error:
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT

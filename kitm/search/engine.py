@@ -1,0 +1,210 @@
+"""The search behind the page and its JSON API: a caption finds images, an image finds captions (and images).
+
+`Searcher.open(index_dir)` loads an index (``kitm.index``) and the SavedModel it was built with, and refuses a
+SavedModel with another fingerprint: its queries would land in another embedding space. Every query is checked
+before it reaches the model, and a bad one raises `QueryError` with a message for the person who typed it and the
+HTTP status the app answers with; the searcher stays usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import threading
+import time
+
+import numpy as np
+
+from kitm.errors import KitmDataError, KitmError
+from kitm.search.relevance import image_query_relevance, normalized, text_query_relevance
+
+MAX_QUERY_CHARS = 1000
+MAX_RESULTS = 100
+MAX_UPLOAD_BYTES = 20 * 2**20
+
+
+class QueryError(KitmError, ValueError):
+    """A query the searcher cannot answer; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass
+class Searcher:
+    """An index and its model, ready to answer queries (thread-safe: one query runs the model at a time)."""
+
+    index: object
+    model: object
+    export_dir: pathlib.Path
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _caption_rows: dict = dataclasses.field(default_factory=dict)
+    _digests: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def open(cls, index_dir: str | os.PathLike, export_dir: str | os.PathLike | None = None) -> Searcher:
+        """Load the index at `index_dir` and its SavedModel (`export_dir`: another copy of the same model)."""
+        import faiss
+
+        from kitm.index import load_index
+        from kitm.index.model import load_model, model_fingerprint
+
+        faiss.omp_set_num_threads(1)  # one query at a time: threads only contend (kitm.index.vectors)
+        index = load_index(index_dir)
+        recorded = index.manifest["model"]
+        export_dir = pathlib.Path(export_dir or recorded["export_dir"])
+        if not (export_dir / "saved_model.pb").is_file():
+            raise KitmDataError(f"The index at {index_dir} was built with the SavedModel {recorded['export_dir']}, "
+                                f"which is not at {export_dir} any more: pass --export_dir=<that SavedModel, moved>.")
+        fingerprint = model_fingerprint(export_dir)
+        if fingerprint != recorded["fingerprint"]:
+            raise KitmDataError(
+                f"The index at {index_dir} was built with another model ({recorded['export_dir']}, fingerprint "
+                f"{recorded['fingerprint']}) than the SavedModel at {export_dir} (fingerprint {fingerprint}): its "
+                "queries would land in another embedding space. Rebuild the index with this model (python -m "
+                f"kitm.index --export_dir={export_dir} ...), or serve it with the model it was built with.")
+        searcher = cls(index=index, model=load_model(export_dir), export_dir=export_dir)
+        probe = searcher._embed_text("a")
+        if probe.shape[-1] != index.embedding_dim:
+            raise KitmDataError(f"The SavedModel at {export_dir} embeds into {probe.shape[-1]} dimensions but the "
+                                f"index at {index_dir} holds {index.embedding_dim}: rebuild the index.")
+        if index.captions:
+            for row, caption in enumerate(index.captions):
+                searcher._caption_rows.setdefault(normalized(caption["text"]), row)
+        searcher._digests = {image["sha256"]: position for position, image in enumerate(index.images)}
+        return searcher
+
+    # --- the model -------------------------------------------------------------------------------------------------
+    def _embed_text(self, text: str) -> np.ndarray:
+        from kitm.index.model import embed_texts
+
+        with self._lock:
+            return embed_texts(self.model, [text])[0]
+
+    def _embed_image(self, data: bytes) -> np.ndarray:
+        from kitm.index.model import embed_images
+
+        with self._lock:
+            return embed_images(self.model, [data])[0]
+
+    @staticmethod
+    def _search(faiss_index, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, found = faiss_index.search(np.ascontiguousarray(vector[None], np.float32), min(k, faiss_index.ntotal))
+        keep = found[0] >= 0
+        return found[0][keep].astype(np.int64), scores[0][keep]
+
+    # --- checks ----------------------------------------------------------------------------------------------------
+    @staticmethod
+    def check_k(k) -> int:
+        try:
+            k = int(k)
+        except (TypeError, ValueError):
+            raise QueryError(f"k must be a whole number of results (1 to {MAX_RESULTS}); got {k!r}.") from None
+        if not 1 <= k <= MAX_RESULTS:
+            raise QueryError(f"k must be between 1 and {MAX_RESULTS}; got {k}.")
+        return k
+
+    @staticmethod
+    def check_query(query) -> str:
+        if not isinstance(query, str):
+            raise QueryError("The query must be text.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(f"The query is {len(query):,} characters long; a caption of at most {MAX_QUERY_CHARS:,} "
+                             "characters is searched.", 413)
+        query = query.strip()
+        if not query:
+            raise QueryError("Type a caption to search for: the query is empty.")
+        return query
+
+    # --- queries ---------------------------------------------------------------------------------------------------
+    def image_result(self, position: int) -> dict:
+        image = self.index.images[position]
+        return {"image": int(position), "path": image["path"], "thumbnail": f"/api/thumbnail/{int(position)}"}
+
+    def search_text(self, query, k=10) -> dict:
+        """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
+        started = time.perf_counter()
+        query, k = self.check_query(query), self.check_k(k)
+        vector = self._embed_text(query)
+        positions, scores = self._search(self.index.image_index, vector, k)
+        matched = self._caption_rows.get(normalized(query))
+        graded = text_query_relevance(self.index, query, matched, positions)
+        results = [{"rank": rank + 1, "score": float(score), **self.image_result(position),
+                    "relevance": graded.values[rank], "annotated": graded.annotated[rank]}
+                   for rank, (position, score) in enumerate(zip(positions, scores))]
+        return {"query": query, "k": k, "results": results, "relevance_source": graded.source,
+                "relevance_note": graded.note,
+                "matched_caption": None if matched is None else {"caption": int(matched),
+                                                                 "image": int(self.index.captions[matched]["image"])},
+                "seconds": round(time.perf_counter() - started, 4)}
+
+    def search_image_bytes(self, data: bytes, k=10) -> dict:
+        """The captions (and images) nearest to the uploaded image `data`."""
+        from kitm.index.sources import prepare_image
+
+        k = self.check_k(k)
+        if not data:
+            raise QueryError("The upload is empty: drop an image file (PNG, JPEG, GIF, BMP or WebP).")
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise QueryError(f"The upload is {len(data):,} bytes; images of at most {MAX_UPLOAD_BYTES:,} bytes are "
+                             "searched.", 413)
+        prepared = prepare_image(data)
+        if prepared.error:
+            raise QueryError(f"The upload is {prepared.error}: drop a photo or picture file.", 415)
+        position = self._digests.get(hashlib.sha256(data).hexdigest())
+        return self._search_image(self._embed_image(prepared.model_bytes), position, k)
+
+    def search_indexed_image(self, position, k=10) -> dict:
+        """The captions (and images) nearest to indexed image `position`."""
+        k = self.check_k(k)
+        try:
+            position = int(position)
+        except (TypeError, ValueError):
+            raise QueryError(f"No image {position!r} in the index.", 404) from None
+        if not 0 <= position < self.index.num_images:
+            raise QueryError(f"No image {position} in the index: it holds images 0 to {self.index.num_images - 1}.",
+                             404)
+        vector = np.load(self.index.root / "image_embeddings.npy", mmap_mode="r")[position]
+        return self._search_image(np.array(vector, np.float32), position, k)
+
+    def _search_image(self, vector: np.ndarray, position: int | None, k: int) -> dict:
+        started = time.perf_counter()
+        captions = []
+        graded = None
+        if self.index.captions:
+            rows, scores = self._search(self.index.caption_index, vector, k)
+            graded = image_query_relevance(self.index, position, rows)
+            captions = [{"rank": rank + 1, "score": float(score), "caption": int(row),
+                         "text": self.index.captions[int(row)]["text"],
+                         "image": int(self.index.captions[int(row)]["image"]),
+                         "relevance": graded.values[rank], "annotated": graded.annotated[rank]}
+                        for rank, (row, score) in enumerate(zip(rows, scores))]
+        positions, scores = self._search(self.index.image_index, vector, k)
+        images = [{"rank": rank + 1, "score": float(score), **self.image_result(p)}
+                  for rank, (p, score) in enumerate(zip(positions, scores))]
+        return {"k": k, "query_image": None if position is None else self.image_result(position),
+                "captions": captions, "images": images,
+                "relevance_source": graded.source if graded else None,
+                "relevance_note": graded.note if graded else "This index holds no captions: the nearest images only.",
+                "seconds": round(time.perf_counter() - started, 4)}
+
+    def thumbnail(self, position) -> tuple[bytes, str]:
+        try:
+            position = int(position)
+        except (TypeError, ValueError):
+            raise QueryError(f"No image {position!r} in the index.", 404) from None
+        if not 0 <= position < self.index.num_images:
+            raise QueryError(f"No image {position} in the index.", 404)
+        return self.index.thumbnail(position)
+
+    def info(self) -> dict:
+        manifest = self.index.manifest
+        return {"num_images": manifest["num_images"], "num_captions": manifest["num_captions"],
+                "relevance": manifest["relevance"], "source": manifest["source"],
+                "model": {"export_dir": str(self.export_dir), "embedding_dim": manifest["model"]["embedding_dim"]},
+                "images_index": manifest["images_index"], "captions_index": manifest["captions_index"],
+                "limits": {"max_query_chars": MAX_QUERY_CHARS, "max_results": MAX_RESULTS,
+                           "max_upload_bytes": MAX_UPLOAD_BYTES}}

@@ -1,0 +1,136 @@
+"""kitm.index: a dataset's split or a folder of photos becomes an index; a killed build resumes; the CLI's errors."""
+
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kitm.errors import KitmDataError
+from kitm.index import BuildOptions, build_index, dataset_source, folder_source, load_index
+from kitm.index.cli import main
+
+
+def test_a_dataset_split_becomes_an_index_with_its_captions_and_truth(tiny_search_index, tiny_search_run):
+    index = load_index(tiny_search_index)
+    manifest = index.manifest
+    assert (index.num_images, len(index.captions), manifest["captions_per_image"]) == (12, 60, 5)
+    assert manifest["relevance"] == "truth" and manifest["images_index"]["kind"] == "exact"
+    assert manifest["model"]["export_dir"] == str((tiny_search_run / "export" / "1").resolve())
+    assert manifest["model"]["fingerprint"].startswith("tf:") and manifest["model"]["embedding_dim"] == 8
+    assert all(image["path"].startswith("test/scene_") for image in index.images)
+    assert index.captions[7] == {"text": index.captions[7]["text"], "image": 1} and index.captions_of(1) == [5, 6, 7, 8, 9]
+    assert index.scene_facts.shape[0] == 12 and index.caption_facts.shape[0] == 60
+    thumbnail, media_type = index.thumbnail(3)
+    assert media_type == "image/png" and Image.open(io.BytesIO(thumbnail)).size == (32, 32)
+    embeddings = np.load(tiny_search_index / "image_embeddings.npy")
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
+    assert not tiny_search_index.with_name("index.partial").exists()  # the work folder is gone
+
+
+def _jpeg(size, color, exif_orientation=None, fmt="JPEG"):
+    image = Image.new("RGB", size, color)
+    image.paste((255, 255, 255), (0, 0, size[0] // 2, size[1] // 4))
+    buffer = io.BytesIO()
+    if exif_orientation:
+        exif = Image.Exif()
+        exif[0x0112] = exif_orientation
+        image.save(buffer, fmt, exif=exif)
+    else:
+        image.save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def test_a_folder_of_photos_is_indexed_upright_and_unreadable_files_are_named(tmp_path, tiny_search_run):
+    photos = tmp_path / "photos"
+    (photos / "trip").mkdir(parents=True)
+    (photos / ".hidden").mkdir()
+    (photos / "b.jpg").write_bytes(_jpeg((40, 30), (200, 30, 30)))
+    (photos / "trip" / "a.JPG").write_bytes(_jpeg((600, 300), (30, 30, 200), exif_orientation=6))  # shot sideways
+    (photos / "c.webp").write_bytes(_jpeg((50, 50), (30, 200, 30), fmt="WEBP"))
+    (photos / "broken.jpg").write_bytes(b"these are not image bytes")
+    (photos / ".hidden" / "x.png").write_bytes(_jpeg((8, 8), (0, 0, 0), fmt="PNG"))
+    (photos / "notes.txt").write_text("not an image name")
+
+    source = folder_source(photos)
+    assert [p.split("photos/")[1] for p in source.paths] == ["b.jpg", "broken.jpg", "c.webp", "trip/a.JPG"]
+    manifest = build_index(source, tiny_search_run / "export" / "1", tmp_path / "index", BuildOptions(progress=False))
+    assert manifest["num_images"] == 3 and manifest["num_captions"] == 0 and manifest["relevance"] is None
+    (skipped,) = manifest["skipped"]
+    assert skipped["path"].endswith("broken.jpg") and "not a PNG, JPEG, GIF, BMP or WebP image" in skipped["error"]
+    index = load_index(tmp_path / "index")
+    assert index.captions is None and index.caption_index is None
+    assert [image["path"].split("photos/")[1] for image in index.images] == ["b.jpg", "c.webp", "trip/a.JPG"]
+    # The sideways photo is turned upright (EXIF orientation 6) before its thumbnail is made and it is embedded.
+    assert Image.open(io.BytesIO(index.thumbnail(2)[0])).size == (96, 192)
+
+
+def test_a_killed_build_resumes_after_its_last_whole_chunk(tmp_path, tiny_search_run, tiny_synthetic,
+                                                          tiny_search_index):
+    export = tiny_search_run / "export" / "1"
+    source = dataset_source(tiny_synthetic, "test")
+    read, calls = source.read, []
+
+    def killed_at_the_second_chunk(positions):
+        calls.append(list(positions))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as a Ctrl-C or a kill would stop it, half-way through
+        return read(positions)
+
+    source.read = killed_at_the_second_chunk
+    out = tmp_path / "index"
+    with pytest.raises(KeyboardInterrupt):
+        build_index(source, export, out, BuildOptions(progress=False, chunk_size=5))
+    assert not out.exists() and sorted(p.name for p in (tmp_path / "index.partial" / "chunks").iterdir()) == \
+        ["images-00000.npz"]
+
+    calls.clear()
+    source.read = lambda positions: (calls.append(list(positions)), read(positions))[1]
+    build_index(source, export, out, BuildOptions(progress=False, chunk_size=5))
+    assert calls == [[5, 6, 7, 8, 9], [10, 11]]  # the first chunk was kept
+    np.testing.assert_allclose(np.load(out / "image_embeddings.npy"),
+                               np.load(tiny_search_index / "image_embeddings.npy"), atol=1e-6)
+    assert not (tmp_path / "index.partial").exists()
+
+    # Other options (or inputs, or model) than the unfinished build's: it starts over rather than mixing them.
+    (tmp_path / "index.partial" / "chunks").mkdir(parents=True)
+    (tmp_path / "index.partial" / "state.json").write_text(json.dumps({"signature": "another build"}))
+    (tmp_path / "index.partial" / "chunks" / "images-00000.npz").write_bytes(b"stale")
+    calls.clear()
+    build_index(source, export, tmp_path / "index", BuildOptions(progress=False, chunk_size=6, overwrite=True))
+    assert calls == [list(range(6)), list(range(6, 12))]
+
+
+def test_the_cli_indexes_the_runs_dataset_and_refuses_bad_input_in_one_line(tmp_path, tiny_search_run, capsys):
+    out = tmp_path / "index"
+    assert main([f"--run={tiny_search_run}", f"--out={out}", "--no-progress", "--exact_threshold=5"]) == 0
+    printed = capsys.readouterr().out
+    assert "12 images, 60 captions" in printed and "HNSW, efSearch" in printed and "recall@10" in printed
+    assert load_index(out).manifest["images_index"]["kind"] == "hnsw"
+
+    def error(*argv):
+        assert main(list(argv)) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kitm.index: error: ")
+        return lines[0]
+
+    assert "--out" in error(f"--run={tiny_search_run}", f"--out={out}") and "--overwrite" in error(
+        f"--run={tiny_search_run}", f"--out={out}")
+    assert "is not a folder" in error(f"--run={tiny_search_run}", f"--images={tmp_path / 'nowhere'}",
+                                      f"--out={tmp_path / 'x'}")
+    assert "holds no image files" in error(f"--run={tiny_search_run}", f"--images={tmp_path}", f"--out={tmp_path / 'x'}")
+    assert "exactly one of --run" in error(f"--out={tmp_path / 'x'}")
+    assert "splits ['test', 'train', 'val']" in error(f"--run={tiny_search_run}", "--split=tset",
+                                                      f"--out={tmp_path / 'x'}")
+    with pytest.raises(KitmDataError, match="No index at"):
+        load_index(tmp_path / "x")
+
+
+@pytest.mark.parametrize("module", ["kitm.index", "kitm.search"])
+def test_help(module, subprocess_env):
+    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=120)
+    assert result.returncode == 0 and "usage: python -m " + module in result.stdout
