@@ -1,0 +1,215 @@
+"""kitm.search's web app for real: `python -m kitm.search` serving the tiny index on 127.0.0.1, driven by headless
+Chromium (Debian's chromium and chromium-driver, through selenium; nothing is downloaded) and called as a JSON API.
+
+The browser types one of the world's captions and checks the results table: ranks, scores, and the relevance column
+with the world's exact truth (the annotated image at relevance 1). KITM_SEARCH_SCREENSHOT=<path.png> saves the page.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+# The machines have no internet: without these, chromium keeps dialling out (and floods refused connections).
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1200,1500")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _request(url, data=None, headers=None, method=None, timeout=60):
+    """(status, parsed JSON) of one bounded request."""
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture(scope="module")
+def server(tiny_search_index, subprocess_env, tmp_path_factory):
+    """The base URL of `python -m kitm.search` serving tiny_search_index on 127.0.0.1 (stopped after the module)."""
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "kitm.search", f"--index={tiny_search_index}", f"--port={port}",
+                                "--host=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=subprocess_env())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if _request(base + "/api/info", timeout=5)[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail(f"kitm.search did not start: {pathlib.Path(log.name).read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Headless Chromium through selenium and Debian's chromedriver (skipped only where chromium is missing and
+    this is not CI: .ci/run installs it)."""
+    if not CHROMIUM or not os.path.exists(CHROMEDRIVER):
+        message = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run installs them")
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver, condition, timeout=60):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def test_a_person_types_a_caption_and_sees_images_with_their_graded_relevance(server, browser, tiny_search_index,
+                                                                              tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    caption = json.loads((tiny_search_index / "captions.json").read_text())[5]  # image 1's first caption
+    browser.get(server + "/")
+    _wait(browser, lambda d: "12 images" in d.find_element(By.ID, "info").text)
+    assert "graded relevance: the synthetic world's truth" in browser.find_element(By.ID, "info").text
+
+    Select(browser.find_element(By.ID, "k")).select_by_visible_text("20")
+    browser.find_element(By.ID, "query").send_keys(caption["text"])
+    browser.find_element(By.ID, "search").click()
+    rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#image-results tbody tr"))
+    assert len(rows) == 12  # k=20, and the index holds 12 images
+    ranks = [int(row.find_element(By.CSS_SELECTOR, ".rank").text) for row in rows]
+    scores = [float(row.find_element(By.CSS_SELECTOR, ".score").text) for row in rows]
+    relevance = [float(row.find_element(By.CSS_SELECTOR, ".relevance").get_attribute("data-value")) for row in rows]
+    assert ranks == list(range(1, 13)) and scores == sorted(scores, reverse=True)
+    assert all(0.0 <= value <= 1.0 for value in relevance)
+    labels = [row.find_element(By.CSS_SELECTOR, ".label").text for row in rows]
+    assert labels.count("annotated pair") == 1
+    annotated = labels.index("annotated pair")
+    assert relevance[annotated] == pytest.approx(1.0)
+    assert rows[annotated].find_element(By.CSS_SELECTOR, ".relevance").text.startswith("1.000")
+    # What binary labels miss: other images the caption fits in part (the world's truth grades them all).
+    assert len({round(value, 3) for value in relevance}) > 2
+    summary = browser.find_element(By.ID, "summary").text
+    assert "binary labels count 1 as right" in summary
+    thumbnails = browser.find_elements(By.CSS_SELECTOR, "#image-results img.thumb")
+    assert all(browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", t) == 32
+               for t in thumbnails)
+    screenshot = os.environ.get("KITM_SEARCH_SCREENSHOT")
+    browser.save_screenshot(screenshot or str(tmp_path / "search_page.png"))
+
+    # A click on an image: its nearest captions, graded against it, its own five captions labelled.
+    thumbnails[annotated].click()
+    caption_rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#caption-results tbody tr"))
+    assert len(caption_rows) == 20
+    graded = [float(r.find_element(By.CSS_SELECTOR, ".relevance").get_attribute("data-value")) for r in caption_rows]
+    own = [r.find_element(By.CSS_SELECTOR, ".label").text == "annotated pair" for r in caption_rows]
+    assert all(0.0 <= value <= 1.0 for value in graded) and all(g == pytest.approx(1.0) for g, o in zip(graded, own) if o)
+
+    # Bad input: a clear message on the page, and the page goes on working.
+    browser.find_element(By.ID, "query").clear()
+    browser.find_element(By.ID, "search").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "Type a caption" in browser.find_element(By.ID, "error").text
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("a shopping list")
+    browser.find_element(By.ID, "file").send_keys(str(not_an_image))
+    _wait(browser, lambda d: "not a PNG, JPEG" in d.find_element(By.ID, "error").text)
+    # An indexed image dropped in (its own bytes): the captions, graded against it.
+    image = tmp_path / "scene.png"
+    with urllib.request.urlopen(server + "/api/thumbnail/1", timeout=30) as response:
+        image.write_bytes(response.read())
+    browser.find_element(By.ID, "file").send_keys(str(image))
+    _wait(browser, lambda d: "scene.png" in d.find_element(By.CSS_SELECTOR, "#results h2").text)
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    dropped = browser.find_elements(By.CSS_SELECTOR, "#caption-results tbody tr")
+    assert len(dropped) == 20 and all(r.find_element(By.CSS_SELECTOR, ".relevance").get_attribute("data-value")
+                                      for r in dropped)  # recognised as indexed image 1: relevance known
+
+
+def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server, tiny_search_index):
+    caption = json.loads((tiny_search_index / "captions.json").read_text())[0]["text"]
+    json_headers = {"Content-Type": "application/json"}
+    status, answer = _request(server + "/api/search/text", json.dumps({"query": caption, "k": 3}).encode(),
+                              json_headers)
+    assert status == 200 and answer["relevance_source"] == "truth" and answer["matched_caption"]["image"] == 0
+    assert [r["rank"] for r in answer["results"]] == [1, 2, 3]
+
+    bad = [
+        (json.dumps({"query": "x" * 100_000}).encode(), json_headers, "/api/search/text", 413, "100,000 characters"),
+        (json.dumps({"query": ""}).encode(), json_headers, "/api/search/text", 400, "empty"),
+        (b"{not json", json_headers, "/api/search/text", 400, "must be JSON"),
+        (json.dumps({"query": "a red circle", "k": 0}).encode(), json_headers, "/api/search/text", 400,
+         "between 1 and 100"),
+        (b"%PDF-1.4 not an image", {}, "/api/search/image", 415, "not a PNG, JPEG"),
+        (b"", {}, "/api/search/image", 400, "empty"),
+        # A body announced as 21 MB is refused from its Content-Length, before any of it is read.
+        (b"\x89PNG" + bytes(1000), {"Content-Length": str(21 * 2**20)}, "/api/search/image", 413,
+         "at most 20,971,520"),
+    ]
+    for body, headers, route, expected, message in bad:
+        status, answer = _request(server + route, body, headers, method="POST")
+        assert (status, message in answer["error"]) == (expected, True), (route, answer)
+    assert _request(server + "/api/search/image/99")[0] == 404
+    assert _request(server + "/api/search/text?q=a+red+circle&k=2")[1]["relevance_source"] == "cider"
+    # Still serving after all of that.
+    status, answer = _request(server + "/api/search/image/0?k=5")
+    assert status == 200 and len(answer["captions"]) == 5 and answer["query_image"]["image"] == 0
+
+
+def test_an_index_is_refused_with_another_model(tiny_search_index, tiny_search_run, capsys):
+    from kitm.errors import KitmDataError
+    from kitm.search import Searcher
+    from kitm.search.cli import main
+
+    other = tiny_search_run.parent / "other" / "export" / "1"
+    with pytest.raises(KitmDataError, match="built with another model"):
+        Searcher.open(tiny_search_index, other)
+    assert main([f"--index={tiny_search_index}", f"--export_dir={other}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("kitm.search: error: The index at") and "Rebuild the index with this model" in line
+    assert main([f"--index={tiny_search_index.parent / 'missing'}"]) == 2
+    assert "No index at" in capsys.readouterr().err
