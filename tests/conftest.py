@@ -32,7 +32,9 @@ TINY_FLAGS = ("--dataset=synthetic", "--image_size=32", "--flip=false", "--eval_
 # already keeps each module's own runs to one worker), by their path from the repository root (a node id's start).
 SHARED_RUN_GROUPS = {"tests/end_to_end/test_export.py": "production_run",
                      "tests/end_to_end/test_frozen_features.py": "production_run",
-                     "tests/end_to_end/test_monitoring.py": "production_run"}
+                     "tests/end_to_end/test_monitoring.py": "production_run",
+                     "tests/index/test_build.py": "tiny_search_index",
+                     "tests/search/test_app.py": "tiny_search_index"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -256,18 +258,26 @@ def _export_tiny_search_model(base: pathlib.Path, vocabulary, seed: int) -> path
 def tiny_search_run(tiny_synthetic, tmp_path_factory) -> pathlib.Path:
     """A run directory (summary.json naming tiny_synthetic, export/1) holding an untrained tiny model's SavedModel
     over 32 px images (a 4-filter CNN, a bag of words; joint space 8): what kitm.index and kitm.search tests embed
-    with. A second model of other weights is `<run>/../other/export/1`."""
+    with."""
     import json
 
-    from kitm.eval.split_data import read_split
-
     run = tmp_path_factory.mktemp("search_model") / "run"
-    words = sorted({word for caption in read_split(tiny_synthetic, "train", with_images=False).captions
-                    for word in caption.lower().split()})
-    _export_tiny_search_model(run, words, seed=0)
-    _export_tiny_search_model(run.parent / "other", words, seed=1)
+    _export_tiny_search_model(run, _tiny_words(tiny_synthetic), seed=0)
     (run / "summary.json").write_text(json.dumps({"flags": {"data_dir": str(tiny_synthetic)}}))
     return run
+
+
+def _tiny_words(data_dir) -> list:
+    from kitm.eval.split_data import read_split
+
+    return sorted({word for caption in read_split(data_dir, "train", with_images=False).captions
+                   for word in caption.lower().split()})
+
+
+@pytest.fixture(scope="session")
+def other_search_model(tiny_synthetic, tmp_path_factory) -> pathlib.Path:
+    """The SavedModel of tiny_search_run's architecture with other weights: another embedding space."""
+    return _export_tiny_search_model(tmp_path_factory.mktemp("other_model"), _tiny_words(tiny_synthetic), seed=1)
 
 
 @pytest.fixture(scope="session")

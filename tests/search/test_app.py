@@ -200,12 +200,12 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
     assert status == 200 and len(answer["captions"]) == 5 and answer["query_image"]["image"] == 0
 
 
-def test_an_index_is_refused_with_another_model(tiny_search_index, tiny_search_run, capsys):
+def test_an_index_is_refused_with_another_model(tiny_search_index, other_search_model, capsys):
     from kitm.errors import KitmDataError
     from kitm.search import Searcher
     from kitm.search.cli import main
 
-    other = tiny_search_run.parent / "other" / "export" / "1"
+    other = other_search_model
     with pytest.raises(KitmDataError, match="built with another model"):
         Searcher.open(tiny_search_index, other)
     assert main([f"--index={tiny_search_index}", f"--export_dir={other}"]) == 2
