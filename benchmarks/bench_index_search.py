@@ -56,6 +56,16 @@ def timed_calls(function, arguments) -> list[float]:
     return times
 
 
+def read_source(data_dir, split):
+    from kitm.index import dataset_source
+
+    started = time.perf_counter()
+    source = dataset_source(data_dir, split)
+    print(f"  read {source.num_images} images and their captions from {data_dir} in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+    return source
+
+
 def build(source, export_dir, out, **options) -> dict:
     from kitm.index import BuildOptions, build_index
 
@@ -177,22 +187,20 @@ def main() -> None:
 
     from kitm.data.synthetic_records import build_synthetic
     from kitm.eval.run_dir import default_export_dir, read_summary
-    from kitm.index import dataset_source
-
     export_dir = default_export_dir(args.run)
     image_size = int(read_summary(args.run).get("flags", {}).get("image_size") or 48)
     work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="kitm_bench_index_"))
     print(f"kitm.index / kitm.search benchmark: model {export_dir}, {os.cpu_count()} cores, {load_average()}")
     if args.data_dir:
         print(f"1a. {args.data_dir}, split {args.split}")
-        build(dataset_source(args.data_dir, args.split), export_dir, work / "index_data")
+        build(read_source(args.data_dir, args.split), export_dir, work / "index_data")
         latencies(work / "index_data", min(args.queries, 100))
     print(f"1b. a synthetic world of {args.num_images:,} scenes at {image_size} px (truth only), every split")
     world = work / f"world_{args.num_images}"
     started = time.perf_counter()
     build_synthetic(world, num_scenes=args.num_images, seed=1, image_size=image_size, relevance=(), progress=False)
     print(f"  world generated and written in {time.perf_counter() - started:.1f} s (not part of the index build)")
-    manifest = build(dataset_source(world, "all"), export_dir, work / "index_world")
+    manifest = build(read_source(world, "all"), export_dir, work / "index_world")
     latencies(work / "index_world", args.queries)
     print("2. exact search, one query, one faiss thread")
     exact_threshold_table(manifest["model"]["embedding_dim"], [10_000, 30_000] if args.quick else

@@ -94,13 +94,26 @@ def _embed_batches(embed, values: list, batch_size: int, bar) -> np.ndarray:
 def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int, bar) -> dict:
     from kitm.index.model import embed_images
 
+    import tensorflow as tf
+
     raw = source.read(positions)
     prepared = [prepare_image(data) for data in raw]
+    readable = [i for i, item in enumerate(prepared) if item.error is None]
+    bar.update(len(prepared) - len(readable))
+    try:
+        embeddings = _embed_batches(lambda batch: embed_images(loaded, batch),
+                                    [prepared[i].model_bytes for i in readable], batch_size, bar)
+    except tf.errors.InvalidArgumentError:
+        # An image Pillow reads but TensorFlow's decoder refuses: embed one by one, skipping (and naming) it.
+        rows = []
+        for i in readable:
+            try:
+                rows.append(embed_images(loaded, [prepared[i].model_bytes])[0])
+            except tf.errors.InvalidArgumentError as error:
+                prepared[i].error = "TensorFlow cannot decode it (" + " ".join(error.message.split())[:200] + ")"
+        embeddings = np.asarray(rows, np.float32)
     valid = np.array([item.error is None for item in prepared])
     errors = [item.error or "" for item in prepared]
-    bar.update(int((~valid).sum()))
-    embeddings = _embed_batches(lambda batch: embed_images(loaded, batch),
-                                [item.model_bytes for item in prepared if item.error is None], batch_size, bar)
     thumbs = [item.thumbnail or b"" for item in prepared]
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in thumbs])]).astype(np.int64)
     return {"embeddings": embeddings, "valid": valid,

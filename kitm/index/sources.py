@@ -169,9 +169,11 @@ def prepare_image(data: bytes, *, thumbnail_side: int = THUMBNAIL_SIDE) -> Prepa
         return PreparedImage(None, None, error="not a PNG, JPEG, GIF, BMP or WebP image (Pillow cannot identify it)")
     except (OSError, SyntaxError, ValueError) as error:
         return PreparedImage(None, None, error=f"a damaged image ({error})")
+    mode = image.mode
     if image.mode not in ("RGB", "L", "RGBA", "P"):
         image = image.convert("RGB")
-    if fmt in _DECODABLE and orientation in (None, 1):
+    # TensorFlow's JPEG decoder cannot convert CMYK (print scans) to RGB: those are re-encoded too.
+    if fmt in _DECODABLE and orientation in (None, 1) and not (fmt == "JPEG" and mode not in ("RGB", "L")):
         model_bytes = data
     else:
         model_bytes = _encode(image, "JPEG" if fmt == "JPEG" else "PNG")

@@ -52,20 +52,25 @@ def test_a_folder_of_photos_is_indexed_upright_and_unreadable_files_are_named(tm
     (photos / "trip" / "a.JPG").write_bytes(_jpeg((600, 300), (30, 30, 200), exif_orientation=6))  # shot sideways
     (photos / "c.webp").write_bytes(_jpeg((50, 50), (30, 200, 30), fmt="WEBP"))
     (photos / "broken.jpg").write_bytes(b"these are not image bytes")
+    cmyk = io.BytesIO()
+    Image.new("CMYK", (30, 30), (0, 200, 200, 0)).save(cmyk, "JPEG")  # a print scan: TF cannot decode CMYK
+    (photos / "print.jpg").write_bytes(cmyk.getvalue())
     (photos / ".hidden" / "x.png").write_bytes(_jpeg((8, 8), (0, 0, 0), fmt="PNG"))
     (photos / "notes.txt").write_text("not an image name")
 
     source = folder_source(photos)
-    assert [p.split("photos/")[1] for p in source.paths] == ["b.jpg", "broken.jpg", "c.webp", "trip/a.JPG"]
+    assert [p.split("photos/")[1] for p in source.paths] == ["b.jpg", "broken.jpg", "c.webp", "print.jpg",
+                                                             "trip/a.JPG"]
     manifest = build_index(source, tiny_search_run / "export" / "1", tmp_path / "index", BuildOptions(progress=False))
-    assert manifest["num_images"] == 3 and manifest["num_captions"] == 0 and manifest["relevance"] is None
+    assert manifest["num_images"] == 4 and manifest["num_captions"] == 0 and manifest["relevance"] is None
     (skipped,) = manifest["skipped"]
     assert skipped["path"].endswith("broken.jpg") and "not a PNG, JPEG, GIF, BMP or WebP image" in skipped["error"]
     index = load_index(tmp_path / "index")
     assert index.captions is None and index.caption_index is None
-    assert [image["path"].split("photos/")[1] for image in index.images] == ["b.jpg", "c.webp", "trip/a.JPG"]
+    assert [image["path"].split("photos/")[1] for image in index.images] == ["b.jpg", "c.webp", "print.jpg",
+                                                                             "trip/a.JPG"]
     # The sideways photo is turned upright (EXIF orientation 6) before its thumbnail is made and it is embedded.
-    assert Image.open(io.BytesIO(index.thumbnail(2)[0])).size == (96, 192)
+    assert Image.open(io.BytesIO(index.thumbnail(3)[0])).size == (96, 192)
 
 
 def test_a_killed_build_resumes_after_its_last_whole_chunk(tmp_path, tiny_search_run, tiny_synthetic,
@@ -110,6 +115,10 @@ def test_the_cli_indexes_the_runs_dataset_and_refuses_bad_input_in_one_line(tmp_
     printed = capsys.readouterr().out
     assert "12 images, 60 captions" in printed and "HNSW, efSearch" in printed and "recall@10" in printed
     assert load_index(out).manifest["images_index"]["kind"] == "hnsw"
+    from kitm.search import Searcher  # the HNSW index answers with its tuned efSearch
+
+    caption = load_index(out).captions[0]["text"]
+    assert [r["rank"] for r in Searcher.open(out).search_text(caption, k=3)["results"]] == [1, 2, 3]
 
     def error(*argv):
         assert main(list(argv)) == 2
