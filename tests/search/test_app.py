@@ -5,6 +5,7 @@ The browser types one of the world's captions and checks the results table: rank
 with the world's exact truth (the annotated image at relevance 1). KITM_SEARCH_SCREENSHOT=<path.png> saves the page.
 """
 
+import base64
 import json
 import os
 import pathlib
@@ -158,11 +159,15 @@ def test_a_person_types_a_caption_and_sees_images_with_their_graded_relevance(se
     not_an_image.write_text("a shopping list")
     browser.find_element(By.ID, "file").send_keys(str(not_an_image))
     _wait(browser, lambda d: "not a PNG, JPEG" in d.find_element(By.ID, "error").text)
-    # An indexed image dropped in (its own bytes): the captions, graded against it.
-    image = tmp_path / "scene.png"
+    # An indexed image dropped on the page (its own bytes, in a real drop event): the captions, graded against it.
     with urllib.request.urlopen(server + "/api/thumbnail/1", timeout=30) as response:
-        image.write_bytes(response.read())
-    browser.find_element(By.ID, "file").send_keys(str(image))
+        png = response.read()
+    browser.execute_script("""
+        const bytes = Uint8Array.from(atob(arguments[0]), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], "scene.png", { type: "image/png" }));
+        document.getElementById("drop").dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true }));
+    """, base64.b64encode(png).decode())
     _wait(browser, lambda d: "scene.png" in d.find_element(By.CSS_SELECTOR, "#results h2").text)
     assert not browser.find_element(By.ID, "error").is_displayed()
     dropped = browser.find_elements(By.CSS_SELECTOR, "#caption-results tbody tr")
