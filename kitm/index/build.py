@@ -62,8 +62,11 @@ def _partial_dir(out: pathlib.Path) -> pathlib.Path:
 
 
 def _log(message: str, progress: bool) -> None:
+    """Resuming or starting over is always said (on stderr), with progress bars or without."""
     if progress:
         tqdm.write(message, file=sys.stderr)
+    else:
+        print(message, file=sys.stderr, flush=True)
 
 
 def _start_work(work: pathlib.Path, signature: str, progress: bool) -> None:

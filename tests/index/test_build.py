@@ -143,3 +143,37 @@ def test_help(module, subprocess_env):
     result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
                             env=subprocess_env(), timeout=120)
     assert result.returncode == 0 and "usage: python -m " + module in result.stdout
+
+
+def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_run, subprocess_env):
+    import signal
+    import time
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(150):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(photos / f"{i:03d}.jpg")
+    out = tmp_path / "index"
+    command = [sys.executable, "-m", "kitm.index", f"--export_dir={tiny_search_run / 'export' / '1'}",
+               f"--images={photos}", f"--out={out}", "--chunk_size=1", "--batch_size=1", "--no-progress"]
+    process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    chunks = tmp_path / "index.partial" / "chunks"
+    deadline = time.monotonic() + 180
+    while process.poll() is None and time.monotonic() < deadline and len(list(chunks.glob("images-*.npz"))) < 5:
+        time.sleep(0.01)
+    if process.poll() is not None:
+        pytest.fail(f"the build ended (status {process.returncode}) before it could be killed: "
+                    f"{process.stderr.read().decode()[-2000:]}")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+    assert not out.exists()
+    kept = len([p for p in chunks.glob("images-*.npz") if ".partial" not in p.name])
+    assert 5 <= kept < 150
+
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Resuming {out}: {kept} of 150 images already embedded" in result.stderr
+    assert "Index: " in result.stdout and "150 images" in result.stdout
+    assert not (tmp_path / "index.partial").exists() and load_index(out).num_images == 150
