@@ -2,16 +2,17 @@
 
 Embeddings are unit rows (kitm's SavedModels return normalised embeddings), so the inner product is the cosine the
 model was trained on. Up to ``DEFAULT_EXACT_THRESHOLD`` rows a search scans every row (``IndexFlatIP``): one query
-over 100,000 rows of 256 floats takes about 5 ms on one core of the project's 2-core VM (1.3 ms at 50,000, 0.9 ms at
-30,000; benchmarks/bench_index_search.py measures it), which keeps a search page interactive with nothing
-approximate. Above it an HNSW graph (Malkov & Yashunin 2018; faiss ``IndexHNSWFlat`` over inner products) answers in
+over 100,000 rows of 256 floats takes 5-8 ms on one core of the project's 2-core VM (2.5 ms at 50,000, 0.15 ms at
+10,000, 15 ms at 200,000; benchmarks/bench_index_search.py measures it), which keeps a search page interactive with
+nothing approximate. Above it an HNSW graph (Malkov & Yashunin 2018; faiss ``IndexHNSWFlat`` over inner products) answers in
 well under a millisecond; its search breadth ``efSearch`` is doubled until the recall@10 of a sample of real queries
 (the data's caption embeddings, or its image embeddings where it has no captions) against exact search reaches
 ``target_recall``, and the recall of the chosen breadth, measured on a second sample, is returned with the index so
 that the index's manifest and the search page can state it.
 
-faiss searches one query at a time on one thread here (``faiss.omp_set_num_threads(1)`` in the search app): on a
-loaded 2-core machine its OpenMP threads made a single exact query over 100,000 rows 4x slower (22 ms against 5).
+The search app runs each query on one OpenMP thread (``faiss.omp_set_num_threads(1)``, set in the thread that
+searches: the setting is per thread): on a loaded 2-core machine faiss's threads made a single exact query over
+100,000 rows 4x slower (22 ms against 5.4).
 """
 
 from __future__ import annotations
