@@ -88,13 +88,15 @@ function renderTextResults(answer) {
   const container = $("results");
   container.replaceChildren(el("h2", { text: `Images for “${answer.query}”` }));
   renderNote(container, answer.relevance_note, summary(answer.results, "images"));
-  const head = el("tr", {}, ["Rank", "Image", "Score", "Relevance", "Label", "Path"].map((t) => el("th", { text: t })));
+  // A folder of photos without captions has no relevance to show: no empty columns then.
+  const graded = answer.results.some((r) => r.relevance !== null || r.annotated !== null);
+  const titles = graded ? ["Rank", "Image", "Score", "Relevance", "Label", "Path"] : ["Rank", "Image", "Score", "Path"];
+  const head = el("tr", {}, titles.map((t) => el("th", { text: t })));
   const rows = answer.results.map((r) => el("tr", { class: "result" }, [
     el("td", { class: "num rank", text: String(r.rank) }),
     el("td", {}, [thumb(r)]),
     el("td", { class: "num score", text: r.score.toFixed(3) }),
-    relevanceCell(r.relevance),
-    labelCell(r.annotated, r.relevance),
+    ...(graded ? [relevanceCell(r.relevance), labelCell(r.annotated, r.relevance)] : []),
     el("td", { class: "path", text: r.path }),
   ]));
   container.append(el("table", { id: "image-results" }, [el("thead", {}, [head]), el("tbody", {}, rows)]));
