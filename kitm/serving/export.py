@@ -68,6 +68,13 @@ def _checked_features(features, feature_dim: int, signature: str):
         return tf.ensure_shape(tf.identity(features), [None, feature_dim])
 
 
+def _unless_empty(embed, inputs, dim: int):
+    """`embed()`, or float32 [0, dim] when `inputs` has no rows: a convolution tower given an empty batch fails in
+    its kernels (`Incompatible shapes: [16] vs. [0,48,48,3]` from a batch normalisation), where the text tower
+    returns [0, D]; every signature answers an empty request with an empty [0, D]."""
+    return tf.cond(tf.shape(inputs)[0] > 0, lambda: tf.cast(embed(), tf.float32), lambda: tf.zeros([0, dim]))
+
+
 def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
              feature_dim: int | None) -> keras.export.ExportArchive:
     archive = keras.export.ExportArchive()
@@ -84,7 +91,7 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
             pixels = tf.map_fn(lambda encoded: eval_image(decode_pixels(encoded), image_size, eval_crop_fraction),
                                _checked_images(images, signature),
                                fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
-            return model.encode_image(pixels, training=False)
+            return _unless_empty(lambda: model.encode_image(pixels, training=False), pixels, model.embedding_dim)
     else:
         if feature_dim is None:
             raise ValueError("Feature models need feature_dim for the export signature.")
