@@ -224,6 +224,8 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
     Rows are parsed as they are iterated; `digest` (a hashlib object) sees every line.
     """
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise KitmDataError(_folder_given(path))
     if not path.is_file():
         raise KitmDataError(f"Caption table {path} does not exist.")
     fmt = table_format(path, captions_format)
@@ -248,6 +250,18 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
             raise
         return closing(rows), {"format": "csv", "csv_separator": separator}
     return closing(_read_jsonl(lines, columns, where)), {"format": "jsonl", "csv_separator": None}
+
+
+def _folder_given(path: pathlib.Path) -> str:
+    """The message for a folder given where the table file is expected, naming the tables inside it if any."""
+    tables = sorted(child.name for child in path.iterdir()
+                    if child.is_file() and child.suffix.lower() in (".csv", ".tsv", ".jsonl", ".ndjson"))
+    inside = (f"; it holds {', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''}: give one of them, e.g. "
+              f"{option('captions')}={path / tables[0]}" if tables else "; it holds no .csv, .tsv, .jsonl or .ndjson "
+              "file")
+    return (f"Caption table {path} is a folder, not a table: {option('captions')} expects the table file itself (a "
+            f".csv/.tsv with a header row, or .jsonl/.ndjson with one object per line){inside}. The image folder goes "
+            f"to {option('images')}.")
 
 
 def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,

@@ -343,3 +343,16 @@ def test_sentence_and_neighbour_rows(tmp_path, split_records):
     neighbours = np.concatenate([r[schema.NEIGHBOR_CAPTION_IDS].reshape(2, 3) for r in records])
     ids = np.concatenate([r["caption/ids"] for r in records])
     assert np.isin(neighbours, ids).all() and not np.any(neighbours // 2 == ids[:, None] // 2)
+
+
+def test_a_folder_given_as_the_table_is_named_a_folder(tmp_path):
+    """--captions=<a folder> said "Caption table ... does not exist"; it exists, it is a folder."""
+    table = _table(tmp_path, [2, 2, 2])
+    with pytest.raises(KitmDataError, match=r"is a folder, not a table: captions expects the table file itself "
+                                            r"\(a .csv/.tsv .*; it holds table.csv: give one of them, e.g. "
+                                            r"captions=.*table.csv\. The image folder goes to images"):
+        load_table_entries(tmp_path)
+    with pytest.raises(KitmDataError, match=r"photos is a folder, not a table.*holds no .csv, .tsv, .jsonl"):
+        load_table_entries(tmp_path / "photos")
+    assert table.is_file()
+
