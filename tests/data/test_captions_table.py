@@ -356,3 +356,27 @@ def test_a_folder_given_as_the_table_is_named_a_folder(tmp_path):
         load_table_entries(tmp_path / "photos")
     assert table.is_file()
 
+
+def test_duplicated_rows_are_reported_as_duplicates_with_counts_and_lines(tmp_path, capsys):
+    """Copied rows were reported only as "images with more than 3 captions"."""
+    rows = _rows([3] * 20)
+    for i in range(20):
+        _image(tmp_path / "photos" / f"im{i}.png", i)
+    _write_csv(tmp_path / "t.csv", rows + rows[:8])  # 8 rows again: lines 62.. repeat lines 2..
+    entries, report = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    assert report["duplicates"] == {"rows": 8, "images": 8, "examples": ["line 62 repeats line 2",
+                                                                         "line 63 repeats line 3",
+                                                                         "line 64 repeats line 4"]}
+    rule = report["caption_rule"]
+    assert rule["captions_per_image"] == 3 and rule["images_with_extra_captions"] == 8
+    assert rule["images_with_extra_captions_only_by_duplicates"] == 8
+    assert all(len(set(entry.captions)) == 3 for entry in entries)
+    from kitm.data.captions_table import print_report
+    print_report(report)
+    printed = capsys.readouterr().out
+    assert ("8 duplicated row(s): they repeat an earlier row's image and caption exactly (8 image(s); line 62 "
+            "repeats line 2; line 63 repeats line 3; line 64 repeats line 4; ...)") in printed
+    assert ("8 image(s) have more than 3: they keep their first 3 (8 caption(s) dropped); 8 of them only through "
+            "duplicated rows") in printed
+    _write_csv(tmp_path / "t.csv", rows)
+    assert load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[1]["duplicates"]["rows"] == 0
