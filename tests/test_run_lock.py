@@ -67,3 +67,16 @@ def test_a_run_into_a_held_folder_stops_before_writing_anything(tiny_synthetic, 
         with pytest.raises(RunDirInUse, match=f"process {os.getpid()}"):
             run(config)
         assert sorted(path.name for path in run_dir.rglob("*")) == [LOCK_FILE]
+
+
+def test_a_run_holding_its_folder_removes_every_unfinished_export_and_then_its_lock(tmp_path):
+    from kitm.errors import KitmError
+    from kitm.experiment import experiment_config, run
+
+    run_dir = tmp_path / "run"
+    stale = run_dir / "export" / f"1.{os.getppid()}.tmp"  # its pid lives, but no one exports into a held folder
+    stale.mkdir(parents=True)
+    config = experiment_config("f8k", data_dir=str(tmp_path / "no_records"), run_dir=str(run_dir))
+    with pytest.raises(KitmError):  # the missing records stop the run after it took the folder
+        run(config)
+    assert not stale.exists() and not (run_dir / LOCK_FILE).exists()

@@ -70,6 +70,7 @@ def run(config: ExperimentConfig) -> dict:
     strategy, then train (`kitm.experiment.trainers`), score the test split, export a SavedModel. A bad shard,
     record or image met while reading is named in the error.
     """
+    from kitm.serving.versions import remove_stale_exports
     from kitm.training import distribution
 
     started = time.time()
@@ -87,6 +88,7 @@ def run(config: ExperimentConfig) -> dict:
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
+            remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
         return _run_in(config, run_dir, strategy, started)
 
 

@@ -15,7 +15,8 @@ still fails in TensorFlow's decoder, with its own message); features of the wron
 `export_new_version(model, tokenizer, "<run>/export")` writes `<run>/export/<n>/` with n = 1 + the highest
 existing version (`kitm.serving.versions`), the layout TensorFlow Serving watches, so a re-export never
 overwrites a served model. Every archive is written under a temporary name in the same directory and
-renamed into place when complete (`kitm.files.atomic_path` with overwrite=False: never onto an existing version).
+renamed into place when complete (`kitm.files.atomic_path` with overwrite=False: never onto an existing version);
+the temporaries of killed exports (`<n>.<pid>.tmp` of a process that is gone) are removed first.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tensorflow as tf
 
 from kitm.files import atomic_path
 from kitm.ops.images import decode_pixels, eval_image
-from kitm.serving.versions import next_version
+from kitm.serving.versions import next_version, remove_stale_exports
 
 # The first bytes of the formats tf.io.decode_image reads.
 _IMAGE_SIGNATURES = ((b"\x89PNG", 4), (b"\xff\xd8\xff", 3), (b"GIF8", 4), (b"BM", 2))
@@ -151,6 +152,7 @@ def export_new_version(model, tokenizer, base: str | os.PathLike, *, image_mode:
     and the archive is written again under the next free number.
     """
     base = pathlib.Path(base)
+    remove_stale_exports(base)
     archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
                        eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
     for _ in range(100):
