@@ -31,6 +31,7 @@ import os
 import sys
 
 from kitm.errors import KitmDataError, KitmError
+from kitm.files import no_room_error
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
@@ -249,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:
         info = run(args)
-    except (KitmDataError, OSError) as error:  # OSError: e.g. a --sentence_model that is not available offline
+    except Exception as error:  # re-raised below unless it is one of those named
+        # A full disk or a file-size limit, from Python or TensorFlow's writers, named with its file (kitm.files).
+        error = (None if isinstance(error, KitmError) else no_room_error(error)) or error
+        if not isinstance(error, (KitmDataError, OSError)):  # OSError: e.g. a --sentence_model not available offline
+            raise
         message = error.for_flags() if isinstance(error, KitmError) else str(error)  # options as this CLI's flags
         print(f"kitm.data.build: error: {message}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS, build_image_enco
 from kitm.experiment.objectives import total_epochs, uses_center_phases, uses_neighbor_batching
 from kitm.run_lock import hold_run_dir
 from kitm.experiment.trainers import make_trainer
-from kitm.files import write_json_atomically
+from kitm.files import no_room_error, write_json_atomically
 
 SUMMARY_FILE = "summary.json"
 
@@ -89,7 +89,13 @@ def run(config: ExperimentConfig) -> dict:
             held.enter_context(hold_run_dir(run_dir))
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
             remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
-        return _run_in(config, run_dir, strategy, started)
+        try:
+            return _run_in(config, run_dir, strategy, started)
+        except Exception as error:  # a full disk or a file-size limit, said as such (with the file) by kitm.files
+            problem = None if isinstance(error, KitmError) else no_room_error(error)
+            if problem is None:
+                raise
+            raise problem from error
 
 
 def _run_in(config: ExperimentConfig, run_dir: pathlib.Path, strategy, started: float) -> dict:
