@@ -33,6 +33,7 @@ import sys
 from kitm.errors import KitmDataError, KitmError
 from kitm.files import no_room_error
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
 
@@ -246,6 +247,7 @@ def run(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_tensorflow_logs()  # before TensorFlow is imported (parsing --relevance already imports it)
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:

@@ -37,6 +37,7 @@ from kitm.experiment.objectives import total_epochs, uses_center_phases, uses_ne
 from kitm.run_lock import hold_run_dir
 from kitm.experiment.trainers import make_trainer
 from kitm.files import no_room_error, write_json_atomically
+from kitm.progress import keras_verbosity
 
 SUMMARY_FILE = "summary.json"
 
@@ -336,7 +337,7 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),
     ]
-    verbose = (1 if sys.stdout.isatty() else 2) if t.progress else 0
+    verbose = keras_verbosity(t.progress)  # a line per epoch when stdout is a file (kitm.progress)
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
     report = test_figures = None
