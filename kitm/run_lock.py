@@ -75,6 +75,12 @@ def _open_locked(lock: pathlib.Path, run_dir: pathlib.Path) -> int:
         os.close(fd)
 
 
+def _command_line() -> list[str]:
+    """This process's command line as typed (`python -m kitm.launch --flagfile=...`), the interpreter by its name."""
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    return [os.path.basename(argv[0]), *argv[1:]] if argv else []
+
+
 @contextlib.contextmanager
 def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[pathlib.Path]:
     """Hold `run_dir` (created if absent) for the block: RunDirInUse, naming the holder, if a live process holds it.
@@ -88,7 +94,7 @@ def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[pathlib.Path]:
     try:
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         details = {"pid": os.getpid(), "host": socket.gethostname(), "started": started,
-                   "command": [os.path.basename(sys.executable), *sys.argv]}
+                   "command": _command_line()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(details) + "\n").encode("utf-8"), 0)
         yield lock
