@@ -62,27 +62,3 @@ def test_versions_never_overwrite_and_feature_widths_are_checked_in_the_graph(tm
     assert "encode_image: features must be float32 [N, 8]" in wrong and "got width] [5]" in wrong.replace("\n", " ")
     np.testing.assert_allclose(np.load(tmp_path / "served.npy"), model.encode_image(features).numpy(), atol=1e-5)
 
-
-def test_an_empty_image_batch_gives_empty_embeddings_like_an_empty_caption_batch(tmp_path, tiny_dual_encoder):
-    """encode_image on zero images answered `Incompatible shapes: [4] vs. [0,16,16,3]` (a batch normalisation of the
-    CNN on an empty batch) where encode_text returns [0, D]; now both return [0, D], and score [0, N] / [M, 0]."""
-    import io
-
-    import tensorflow as tf
-    from PIL import Image
-
-    from kitm.layers import CaptionTokenizer
-    from kitm.serving import export_new_version
-
-    model = tiny_dual_encoder(gru=False)
-    tokenizer = CaptionTokenizer(["red", "circle", "square"], 5, name="tokenizer")
-    loaded = tf.saved_model.load(export_new_version(model, tokenizer, tmp_path / "export", image_size=16))
-    empty = tf.constant([], tf.string)
-    assert loaded.signatures["encode_image"](images=empty)["embeddings"].shape == (0, 6)
-    assert loaded.signatures["encode_text"](captions=empty)["embeddings"].shape == (0, 6)
-    assert loaded.signatures["score"](captions=tf.constant(["red circle"]), images=empty)["scores"].shape == (0, 1)
-    png = io.BytesIO()
-    Image.fromarray(np.full((20, 20, 3), 90, np.uint8)).save(png, format="PNG")
-    image = loaded.signatures["encode_image"](images=tf.constant([png.getvalue()] * 2))["embeddings"].numpy()
-    assert image.shape == (2, 6) and np.allclose(np.linalg.norm(image, axis=1), 1, atol=1e-5)
-    assert loaded.signatures["score"](captions=empty, images=tf.constant([png.getvalue()]))["scores"].shape == (1, 0)
