@@ -49,5 +49,10 @@ class KitmConfigError(KitmError, ValueError):
     """A configuration that cannot run: options that contradict each other, the model or the data."""
 
 
+class KitmWriteError(KitmError, OSError):
+    """A file that could not be written for lack of room: a full disk, a quota or a file-size limit. The message
+    names the file and what was kept (`kitm.files.no_room_error`)."""
+
+
 class DistributionError(KitmConfigError):
     """A distribution strategy or cluster description (TF_CONFIG) that cannot be used."""

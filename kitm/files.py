@@ -12,8 +12,11 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 from collections.abc import Iterator, Mapping
+
+from kitm.errors import KitmWriteError
 
 
 def temporary_sibling(path: str | os.PathLike, keep_suffix: str = "", *, unique: bool = False) -> pathlib.Path:
@@ -123,3 +126,56 @@ def read_json(path: str | os.PathLike) -> object | None:
         return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+# A write refused for lack of room: a full disk, a quota, a file-size limit (ulimit -f / RLIMIT_FSIZE).
+_NO_ROOM = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EFBIG: "File too large"}
+# Where the failing file's name sits in the messages of writers that do not set OSError.filename: h5py's
+# "... filename = '<path>', ..." and TensorFlow's "<path>; File too large" (an OpError, not an OSError).
+_NAMED_IN_MESSAGE = (re.compile(r"filename = '([^']+)'"), re.compile(r"(\S+); (?:" + "|".join(_NO_ROOM.values()) + ")"))
+
+
+def final_name(path: str | os.PathLike) -> pathlib.Path:
+    """The destination a temporary name of `temporary_sibling` stands for (the path itself when it is none)."""
+    path = pathlib.Path(path)
+    name = re.sub(r"(\.\d+)?\.tmp$", "", path.name)
+    name = re.sub(r"(\.\d+)?\.partial(?=\.|$)", "", name)
+    return path.with_name(name)
+
+
+def no_room_error(error: BaseException) -> KitmWriteError | None:
+    """`error` (or an exception it was raised from) as a KitmWriteError when a write failed for lack of room, naming
+    the file, the cause and what was kept; None for any other error.
+
+    Every file kitm writes goes through a temporary name (`atomic_path`), removed when its writer fails, so the
+    destination still holds its previous version (a shard not yet written stays absent and is written by the next
+    build). Recognised by the errno (ENOSPC, EDQUOT, EFBIG) or, for TensorFlow's writers, the same words in the
+    message."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        cause = _NO_ROOM.get(getattr(error, "errno", None) if isinstance(error, OSError) else None)
+        text = str(error)
+        if cause is None:
+            cause = next((words for words in _NO_ROOM.values() if words in text), None)
+        if cause is not None:
+            path = getattr(error, "filename", None) if isinstance(error, OSError) else None
+            for pattern in _NAMED_IN_MESSAGE:
+                if path is None and (match := pattern.search(text)):
+                    path = match.group(1)
+            return KitmWriteError(_no_room_message(path, cause))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _no_room_message(path: str | None, cause: str) -> str:
+    where = f"Writing {path} failed" if path else "A write failed"
+    kept = ""
+    if path:
+        final = final_name(path)
+        if final != pathlib.Path(path):
+            kept = (f" It was a temporary name: {final} " + ("keeps its previous version." if final.exists() else
+                                                                 "was not created (nothing half-written is left)."))
+    return (f"{where}: {cause}. The disk is full, or a disk quota or the file-size limit (ulimit -f) was reached."
+            f"{kept} Free space (or raise the limit) and run the same command again: what was finished is kept and "
+            "the work resumes.")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from kitm.tensorflow_logs import quiet_tensorflow_logs
+
+quiet_tensorflow_logs()  # before TensorFlow is imported (by kitm.experiment below)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import contextlib  # noqa: E402

@@ -31,7 +31,9 @@ import os
 import sys
 
 from kitm.errors import KitmDataError, KitmError
+from kitm.files import no_room_error
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
 
@@ -245,11 +247,16 @@ def run(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_tensorflow_logs()  # before TensorFlow is imported (parsing --relevance already imports it)
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:
         info = run(args)
-    except (KitmDataError, OSError) as error:  # OSError: e.g. a --sentence_model that is not available offline
+    except Exception as error:  # re-raised below unless it is one of those named
+        # A full disk or a file-size limit, from Python or TensorFlow's writers, named with its file (kitm.files).
+        error = (None if isinstance(error, KitmError) else no_room_error(error)) or error
+        if not isinstance(error, (KitmDataError, OSError)):  # OSError: e.g. a --sentence_model not available offline
+            raise
         message = error.for_flags() if isinstance(error, KitmError) else str(error)  # options as this CLI's flags
         print(f"kitm.data.build: error: {message}", file=sys.stderr)
         return 2

@@ -31,6 +31,8 @@ Rules, each printed in the build's summary and stored under `source` in dataset.
   (a, b -> a, b, a, b, a), counted as images with repeated captions, because a repeated caption is a second copy of
   the same query and inflates caption-to-image R@K a little; ``"stop"`` stops naming the image's first row.
   Empty captions stop the build naming the row (``empty_captions="skip"``: dropped and counted before the rule).
+  Rows that repeat an earlier row's image and caption exactly are reported as duplicates (a count and the first
+  lines, "line 12 repeats line 2"), not only as images with extra captions; they are kept as captions.
 * **splits**: with `split_column`, each row's value must be train, val or test and all rows of an image agree.
   Without it, a seeded random split by image (`split_seed`) draws `val_images` and `test_images` images: a count
   (``500``), a fraction (``0.1``), or ``"auto"`` (5% of the images, at least 2 and at most 1,000: the size of the
@@ -97,6 +99,8 @@ class TableImage:
     captions: list[str] = dataclasses.field(default_factory=list)
     split: str | None = None
     split_line: int = 0
+    caption_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # caption -> the line it is first on
+    duplicates: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (line, the line it repeats)
 
 
 class _Where:
@@ -224,6 +228,8 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
     Rows are parsed as they are iterated; `digest` (a hashlib object) sees every line.
     """
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise KitmDataError(_folder_given(path))
     if not path.is_file():
         raise KitmDataError(f"Caption table {path} does not exist.")
     fmt = table_format(path, captions_format)
@@ -248,6 +254,18 @@ def read_table(path: str | os.PathLike, *, image_column: str = "filepath", capti
             raise
         return closing(rows), {"format": "csv", "csv_separator": separator}
     return closing(_read_jsonl(lines, columns, where)), {"format": "jsonl", "csv_separator": None}
+
+
+def _folder_given(path: pathlib.Path) -> str:
+    """The message for a folder given where the table file is expected, naming the tables inside it if any."""
+    tables = sorted(child.name for child in path.iterdir()
+                    if child.is_file() and child.suffix.lower() in (".csv", ".tsv", ".jsonl", ".ndjson"))
+    inside = (f"; it holds {', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''}: give one of them, e.g. "
+              f"{option('captions')}={path / tables[0]}" if tables else "; it holds no .csv, .tsv, .jsonl or .ndjson "
+              "file")
+    return (f"Caption table {path} is a folder, not a table: {option('captions')} expects the table file itself (a "
+            f".csv/.tsv with a header row, or .jsonl/.ndjson with one object per line){inside}. The image folder goes "
+            f"to {option('images')}.")
 
 
 def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,
@@ -284,6 +302,9 @@ def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,
                                     "captions.")
             counts["empty_captions_dropped"] += 1
             continue
+        first = entry.caption_lines.setdefault(caption, row.line)
+        if first != row.line:
+            entry.duplicates.append((row.line, first))
         entry.captions.append(caption)
     if not images:
         raise KitmDataError(f"{where.path} has no rows below its header." if where.field == "column"
@@ -312,6 +333,8 @@ def apply_caption_rule(images: Sequence[TableImage], captions_per_image: int, fe
         n = len(image.captions)
         if n > c:
             counts["images_with_extra_captions"] += 1
+            if len(set(image.captions)) <= c:
+                counts["images_with_extra_captions_only_by_duplicates"] += 1
             counts["extra_captions_dropped"] += n - c
             image.captions = image.captions[:c]
         elif n < c:
@@ -327,8 +350,8 @@ def apply_caption_rule(images: Sequence[TableImage], captions_per_image: int, fe
             counts["repeated_captions"] += c - n
             image.captions = [image.captions[k % n] for k in range(c)]
         kept.append(image)
-    names = ("images_with_extra_captions", "extra_captions_dropped", "images_left_out_with_fewer_captions",
-             "images_with_repeated_captions", "repeated_captions")
+    names = ("images_with_extra_captions", "images_with_extra_captions_only_by_duplicates", "extra_captions_dropped",
+             "images_left_out_with_fewer_captions", "images_with_repeated_captions", "repeated_captions")
     return kept, {name: int(counts[name]) for name in names}
 
 
@@ -409,6 +432,7 @@ def load_table_entries(captions: str | os.PathLike, images: str | os.PathLike | 
         gone = {id(image) for image in absent}
         table_images = [image for image in table_images if id(image) not in gone]
     report["skipped_missing"] = len(absent)
+    report["duplicates"] = duplicate_report(table_images)
 
     histogram = collections.Counter(len(image.captions) for image in table_images)
     if captions_per_image in (None, "auto"):
@@ -448,6 +472,16 @@ def load_table_entries(captions: str | os.PathLike, images: str | os.PathLike | 
     return entries, report
 
 
+def duplicate_report(images: Sequence[TableImage], examples: int = 3) -> dict[str, Any]:
+    """Rows that repeat an earlier row's image and caption exactly (a table concatenated twice, a join gone wrong):
+    their count, the images they touch, and the first few as "line L repeats line F". They stay captions of their
+    own (an annotator may write the same sentence twice); the report says they are copies, not extra captions."""
+    pairs = [pair for image in images for pair in image.duplicates]
+    touched = [image for image in images if image.duplicates]
+    return {"rows": len(pairs), "images": len(touched),
+            "examples": [f"line {line} repeats line {first}" for line, first in sorted(pairs)[:examples]]}
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The build's summary of the rules: what was read, chosen, cut, dropped, repeated and how it was split."""
     rule = report["caption_rule"]
@@ -460,11 +494,19 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"Dropped {report['empty_captions_dropped']} empty caption(s) (--empty_captions=skip).")
     if report["skipped_missing"]:
         print(f"Left out {report['skipped_missing']} image(s) missing on disk (--missing_images=skip).")
+    duplicates = report.get("duplicates") or {"rows": 0}
+    if duplicates["rows"]:
+        print(f"{duplicates['rows']} duplicated row(s): they repeat an earlier row's image and caption exactly "
+              f"({duplicates['images']} image(s); {'; '.join(duplicates['examples'])}"
+              f"{'; ...' if duplicates['rows'] > len(duplicates['examples']) else ''}). They count as captions "
+              "below; if the copies are a mistake (a table concatenated twice), remove them from the table.")
     how = "the most common count (--captions_per_image=auto)" if rule["requested"] == "auto" else "--captions_per_image"
     print(f"Captions per image: {c}, {how}.")
     if rule["images_with_extra_captions"]:
+        copies = rule.get("images_with_extra_captions_only_by_duplicates", 0)
         print(f"{rule['images_with_extra_captions']} image(s) have more than {c}: they keep their first {c} "
-              f"({rule['extra_captions_dropped']} caption(s) dropped).")
+              f"({rule['extra_captions_dropped']} caption(s) dropped)"
+              + (f"; {copies} of them only through duplicated rows." if copies else "."))
     if rule["images_left_out_with_fewer_captions"]:
         print(f"Left out {rule['images_left_out_with_fewer_captions']} image(s) with fewer than {c} caption(s) "
               f"(--few_captions={rule['few_captions']}).")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards

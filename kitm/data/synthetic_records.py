@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards

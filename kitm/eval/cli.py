@@ -40,7 +40,6 @@ figures for a COCO Karpathy 5K test matrix (:mod:`kitm.eval.eccv`). Bad input en
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 import time
@@ -48,11 +47,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kitm.errors import KitmConfigError
+from kitm.errors import KitmConfigError, KitmError
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
 from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, format_report,
                               per_query_path, recall_cutoffs, rsum, write_per_query, write_report_json)
+from kitm.files import no_room_error
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
@@ -421,12 +422,13 @@ def _handled_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_logs()  # before TensorFlow is imported
     try:
         args = build_parser().parse_args(argv)
         return _run(args)
     except Exception as error:  # noqa: BLE001 (narrowed below; TensorFlow's errors are known only once imported)
-        if not isinstance(error, _handled_errors()):
+        problem = None if isinstance(error, KitmError) else no_room_error(error)  # a full disk, with its file
+        if problem is None and not isinstance(error, _handled_errors()):
             raise
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(problem or error)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -13,7 +13,7 @@ import os
 import pathlib
 
 import numpy as np
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 
 from kitm.errors import KitmDataError
 

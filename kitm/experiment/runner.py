@@ -10,13 +10,16 @@ The one sequence behind `python -m kitm.launch` and the Python API. A run direct
     evaluations.jsonl       one line per validation evaluation
     summary.json            settings, data, timings and the final test figures; its presence marks the run finished
     export/<n>/             the SavedModels (encode_text, encode_image, score)
-A finished run directory (one with summary.json) is never trained again: `run` refuses it and names the ways on
+While a run lives, its process holds `run.lock` (kitm.run_lock): a second run started into the same
+folder stops before writing anything, naming the first. A finished run directory (one with summary.json) is never
+trained again: `run` refuses it and names the ways on
 (another run_dir; `python -m kitm.eval --run_dir=...` to score it again). A run killed before it finished resumes
 from its backup when started again with the same settings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -31,8 +34,10 @@ from kitm.experiment.config import ExperimentConfig
 from kitm.experiment import encoders
 from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS, build_image_encoder, build_text_encoder
 from kitm.experiment.objectives import total_epochs, uses_center_phases, uses_neighbor_batching
+from kitm.run_lock import hold_run_dir
 from kitm.experiment.trainers import make_trainer
-from kitm.files import write_json_atomically
+from kitm.files import no_room_error, write_json_atomically
+from kitm.progress import keras_verbosity
 
 SUMMARY_FILE = "summary.json"
 
@@ -66,9 +71,8 @@ def run(config: ExperimentConfig) -> dict:
     strategy, then train (`kitm.experiment.trainers`), score the test split, export a SavedModel. A bad shard,
     record or image met while reading is named in the error.
     """
-    import tensorflow as tf
-
-    from kitm.training import distribution, reproducibility
+    from kitm.serving.versions import remove_stale_exports
+    from kitm.training import distribution
 
     started = time.time()
     config = resolve(config)
@@ -81,6 +85,26 @@ def run(config: ExperimentConfig) -> dict:
     distribution.split_cpu(config.training.cpu_devices)
     # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
     strategy = distribution.make_strategy(config.training.strategy)
+    with contextlib.ExitStack() as held:
+        if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
+            held.enter_context(hold_run_dir(run_dir))
+            check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
+            remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
+        try:
+            return _run_in(config, run_dir, strategy, started)
+        except Exception as error:  # a full disk or a file-size limit, said as such (with the file) by kitm.files
+            problem = None if isinstance(error, KitmError) else no_room_error(error)
+            if problem is None:
+                raise
+            raise problem from error
+
+
+def _run_in(config: ExperimentConfig, run_dir: pathlib.Path, strategy, started: float) -> dict:
+    """`run` once the strategy is made and, on the chief, the run folder held."""
+    import tensorflow as tf
+
+    from kitm.training import distribution, reproducibility
+
     reproducibility.set_seeds(config.training.seed, deterministic_ops=config.training.deterministic_ops)
     data_dir = pathlib.Path(config.data.data_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -313,7 +337,7 @@ def _train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run
         keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run_dir / "checkpoints" / "last.weights.h5"),
     ]
-    verbose = (1 if sys.stdout.isatty() else 2) if t.progress else 0
+    verbose = keras_verbosity(t.progress)  # a line per epoch when stdout is a file (kitm.progress)
     train_started = time.time()
     test_split = "test" if "test" in info.splits else eval_split
     report = test_figures = None

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import keras
 import numpy as np
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 import tensorflow as tf
 import tensorflow_text as tf_text
 

@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 
 # One compiled encoder per model and image rank (4: images, 5: test-time crops, 2: features): evaluation runs
 # every few epochs, and a new tf.function each time would retrace (and warn) on every call; one function

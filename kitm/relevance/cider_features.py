@@ -15,8 +15,11 @@ its non-zero (g, t) entries: a 64-bit key naming (g, t), its A value ("hypothesi
 ("reference weight"), plus its length l (bigram count). Any two captions of any split then meet on equal
 keys, and a batch's CIDEr-D needs only a join on keys and a segment sum (`kitm.relevance.batch`).
 
-Keys: the low 8 bits hold the level t - 1, the other 55 bits a BLAKE2b hash of the n-gram. Two distinct
-n-grams collide with probability about 2^-55 per pair; within a batch's few thousand n-grams that is
+Keys: the low 8 bits hold (t - 1) mod 256, the other 55 bits a BLAKE2b hash of the n-gram, salted with
+(t - 1) // 256 (the salt 0 of the first 256 levels is BLAKE2b's default, so every key of a caption that repeats no
+n-gram more than 256 times is the plain hash's). The salt lets a caption repeat an n-gram any number of times (a
+100,000-character caption of one word repeated did) with each (n-gram, level) still its own key, and CIDEr-D exact.
+Two distinct (n-gram, salt) pairs collide with probability about 2^-55; within a batch's few thousand n-grams that is
 below 1e-9.
 """
 
@@ -38,12 +41,21 @@ _LEVEL_BITS = 8
 _HASH_BITS = 63 - _LEVEL_BITS
 
 
+def _hash_bits(ngram: str, block: int = 0) -> int:
+    """The n-gram's 55-bit hash, salted with the level block (block 0: BLAKE2b's default all-zero salt), shifted
+    above the level bits."""
+    salt = block.to_bytes(hashlib.blake2b.SALT_SIZE, "little")
+    digest = int.from_bytes(hashlib.blake2b(ngram.encode("utf-8"), digest_size=8, salt=salt).digest(), "little")
+    return (digest >> (64 - _HASH_BITS)) << _LEVEL_BITS
+
+
 def ngram_key(ngram: str, level: int = 1) -> int:
-    """The int64 key of (n-gram, level t >= 1): a 55-bit hash of the n-gram, then t - 1 in the low 8 bits."""
-    if not 1 <= level <= 2 ** _LEVEL_BITS:
-        raise ValueError(f"level must be in [1, {2 ** _LEVEL_BITS}], got {level}")
-    digest = int.from_bytes(hashlib.blake2b(ngram.encode("utf-8"), digest_size=8).digest(), "little")
-    return ((digest >> (64 - _HASH_BITS)) << _LEVEL_BITS) | (level - 1)
+    """The int64 key of (n-gram, level t >= 1): a 55-bit hash of the n-gram salted with (t - 1) // 256, then
+    (t - 1) mod 256 in the low 8 bits."""
+    if level < 1:
+        raise ValueError(f"level must be at least 1, got {level}")
+    block, low = divmod(level - 1, 2 ** _LEVEL_BITS)
+    return _hash_bits(ngram, block) | low
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,16 +104,17 @@ def cider_features(captions: Sequence[str], document_frequency: DocumentFrequenc
     frequency = document_frequency.lookup(table.vocabulary)
     idf = np.log(float(document_frequency.num_documents)) - np.log(np.maximum(1.0, frequency.astype(np.float64)))
     rows, columns, levels, a_values, b_values = _level_entries(table, idf, n)
-    if len(levels) and levels.max() >= 2 ** _LEVEL_BITS:
-        raise ValueError(f"a caption repeats an n-gram more than {2 ** _LEVEL_BITS} times; CIDEr-D keys cannot "
-                         "hold that level")
     # Entries that are zero on both sides (an n-gram in every document, in a caption whose norm is 0) add nothing.
     keep = (a_values != 0) | (b_values != 0)
     rows, columns, levels = rows[keep], columns[keep], levels[keep]
-    column_hash = np.fromiter((ngram_key(gram) for gram in table.vocabulary), dtype=np.int64,
+    column_hash = np.fromiter((_hash_bits(gram) for gram in table.vocabulary), dtype=np.int64,
                               count=len(table.vocabulary))
+    blocks, low = np.divmod(levels, 2 ** _LEVEL_BITS)
+    keys = column_hash[columns] | low
+    for entry in np.flatnonzero(blocks):  # an n-gram repeated more than 256 times: its higher levels' salted hashes
+        keys[entry] = _hash_bits(table.vocabulary[columns[entry]], int(blocks[entry])) | low[entry]
     return CiderFeatures(
-        keys=column_hash[columns] | levels,
+        keys=keys,
         hypothesis_weights=a_values[keep].astype(np.float32),
         reference_weights=b_values[keep].astype(np.float32),
         entries=np.bincount(rows, minlength=len(captions)).astype(np.int64),

@@ -298,7 +298,7 @@ def split_image_features(cache_dir: str | os.PathLike, split: str, image_input: 
                          extractor: ImageFeatureExtractor, progress: bool = True) -> np.ndarray:
     """float32 [N, F]: the split's image features in record order, computed chunk by chunk, each chunk cached
     (`<cache_dir>/image-<tag>-<split>/<start>-<stop>.npy`) so that a resumed build computes only missing ones."""
-    from tqdm.auto import tqdm
+    from kitm.progress import progress_bar as tqdm
 
     extractor.check(image_input, split)
     options = extractor.options

@@ -94,7 +94,7 @@ def _chunk_rows(num_columns: int, memory_bytes: int) -> int:
 
 
 def _progress_bar(total: int, progress: bool, description: str):
-    from tqdm.auto import tqdm
+    from kitm.progress import progress_bar as tqdm
 
     return tqdm(total=total, disable=not progress, desc=description, unit="rows")
 

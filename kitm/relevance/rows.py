@@ -114,7 +114,7 @@ def _split_rows(flat: np.ndarray, captions_per_image: int) -> list[np.ndarray]:
 
 
 def _cider_rows(out: pathlib.Path, captions, captions_per_image: int, progress: bool):
-    from tqdm.auto import tqdm
+    from kitm.progress import progress_bar as tqdm
 
     from kitm.relevance.cider import DocumentFrequency
     from kitm.relevance.cider_features import cider_features

@@ -177,7 +177,7 @@ def spice_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
         return result
     check_spice_available()
     from pycocoevalcap.spice import spice as spice_module
-    from tqdm.auto import tqdm
+    from kitm.progress import progress_bar as tqdm
 
     # Spice.__init__ only fetches the CoreNLP models (from the network when absent); the files were
     # checked above, so the scorer is made without it and can never start a download.

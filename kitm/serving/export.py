@@ -15,7 +15,8 @@ still fails in TensorFlow's decoder, with its own message); features of the wron
 `export_new_version(model, tokenizer, "<run>/export")` writes `<run>/export/<n>/` with n = 1 + the highest
 existing version (`kitm.serving.versions`), the layout TensorFlow Serving watches, so a re-export never
 overwrites a served model. Every archive is written under a temporary name in the same directory and
-renamed into place when complete (`kitm.files.atomic_path` with overwrite=False: never onto an existing version).
+renamed into place when complete (`kitm.files.atomic_path` with overwrite=False: never onto an existing version);
+the temporaries of killed exports (`<n>.<pid>.tmp` of a process that is gone) are removed first.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tensorflow as tf
 
 from kitm.files import atomic_path
 from kitm.ops.images import decode_pixels, eval_image
-from kitm.serving.versions import next_version
+from kitm.serving.versions import next_version, remove_stale_exports
 
 # The first bytes of the formats tf.io.decode_image reads.
 _IMAGE_SIGNATURES = ((b"\x89PNG", 4), (b"\xff\xd8\xff", 3), (b"GIF8", 4), (b"BM", 2))
@@ -68,6 +69,13 @@ def _checked_features(features, feature_dim: int, signature: str):
         return tf.ensure_shape(tf.identity(features), [None, feature_dim])
 
 
+def _unless_empty(embed, inputs, dim: int):
+    """`embed()`, or float32 [0, dim] when `inputs` has no rows: a convolution tower given an empty batch fails in
+    its kernels (`Incompatible shapes: [16] vs. [0,48,48,3]` from a batch normalisation), where the text tower
+    returns [0, D]; every signature answers an empty request with an empty [0, D]."""
+    return tf.cond(tf.shape(inputs)[0] > 0, lambda: tf.cast(embed(), tf.float32), lambda: tf.zeros([0, dim]))
+
+
 def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
              feature_dim: int | None) -> keras.export.ExportArchive:
     archive = keras.export.ExportArchive()
@@ -84,7 +92,7 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
             pixels = tf.map_fn(lambda encoded: eval_image(decode_pixels(encoded), image_size, eval_crop_fraction),
                                _checked_images(images, signature),
                                fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
-            return model.encode_image(pixels, training=False)
+            return _unless_empty(lambda: model.encode_image(pixels, training=False), pixels, model.embedding_dim)
     else:
         if feature_dim is None:
             raise ValueError("Feature models need feature_dim for the export signature.")
@@ -144,6 +152,7 @@ def export_new_version(model, tokenizer, base: str | os.PathLike, *, image_mode:
     and the archive is written again under the next free number.
     """
     base = pathlib.Path(base)
+    remove_stale_exports(base)
     archive = _archive(model, tokenizer, image_mode=image_mode, image_size=image_size,
                        eval_crop_fraction=eval_crop_fraction, feature_dim=feature_dim)
     for _ in range(100):

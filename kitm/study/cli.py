@@ -20,7 +20,6 @@ line ``kitm.study: error: ...`` naming the spec file and key.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 import time
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 
 from kitm.study import commands, runs
 from kitm.study.spec import SpecError, StudySpec, load_spec
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.study"
 EXIT_RUN_FAILED = 1
@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (module docstring)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_logs()  # before TensorFlow is imported; the runs' processes inherit it
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)

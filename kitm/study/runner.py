@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from tqdm.auto import tqdm
+from kitm.progress import progress_bar as tqdm
 
 from kitm.study import commands, runs
 from kitm.study.runs import RunPlan

@@ -343,3 +343,40 @@ def test_sentence_and_neighbour_rows(tmp_path, split_records):
     neighbours = np.concatenate([r[schema.NEIGHBOR_CAPTION_IDS].reshape(2, 3) for r in records])
     ids = np.concatenate([r["caption/ids"] for r in records])
     assert np.isin(neighbours, ids).all() and not np.any(neighbours // 2 == ids[:, None] // 2)
+
+
+def test_a_folder_given_as_the_table_is_named_a_folder(tmp_path):
+    """--captions=<a folder> said "Caption table ... does not exist"; it exists, it is a folder."""
+    table = _table(tmp_path, [2, 2, 2])
+    with pytest.raises(KitmDataError, match=r"is a folder, not a table: captions expects the table file itself "
+                                            r"\(a .csv/.tsv .*; it holds table.csv: give one of them, e.g. "
+                                            r"captions=.*table.csv\. The image folder goes to images"):
+        load_table_entries(tmp_path)
+    with pytest.raises(KitmDataError, match=r"photos is a folder, not a table.*holds no .csv, .tsv, .jsonl"):
+        load_table_entries(tmp_path / "photos")
+    assert table.is_file()
+
+
+def test_duplicated_rows_are_reported_as_duplicates_with_counts_and_lines(tmp_path, capsys):
+    """Copied rows were reported only as "images with more than 3 captions"."""
+    rows = _rows([3] * 20)
+    for i in range(20):
+        _image(tmp_path / "photos" / f"im{i}.png", i)
+    _write_csv(tmp_path / "t.csv", rows + rows[:8])  # 8 rows again: lines 62.. repeat lines 2..
+    entries, report = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    assert report["duplicates"] == {"rows": 8, "images": 8, "examples": ["line 62 repeats line 2",
+                                                                         "line 63 repeats line 3",
+                                                                         "line 64 repeats line 4"]}
+    rule = report["caption_rule"]
+    assert rule["captions_per_image"] == 3 and rule["images_with_extra_captions"] == 8
+    assert rule["images_with_extra_captions_only_by_duplicates"] == 8
+    assert all(len(set(entry.captions)) == 3 for entry in entries)
+    from kitm.data.captions_table import print_report
+    print_report(report)
+    printed = capsys.readouterr().out
+    assert ("8 duplicated row(s): they repeat an earlier row's image and caption exactly (8 image(s); line 62 "
+            "repeats line 2; line 63 repeats line 3; line 64 repeats line 4; ...)") in printed
+    assert ("8 image(s) have more than 3: they keep their first 3 (8 caption(s) dropped); 8 of them only through "
+            "duplicated rows") in printed
+    _write_csv(tmp_path / "t.csv", rows)
+    assert load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[1]["duplicates"]["rows"] == 0

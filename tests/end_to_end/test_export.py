@@ -39,6 +39,27 @@ def test_launcher_writes_version_1_atomically_and_prints_it(prod_run):
 
 
 @pytest.mark.slow
+def test_an_empty_image_batch_gives_empty_embeddings_like_an_empty_caption_batch(prod_run):
+    """encode_image on zero images answered `Incompatible shapes: [16] vs. [0,48,48,3]` (the CNN's batch
+    normalisation on an empty batch) where encode_text returns [0, D]; now both return [0, D], score [0, N] / [M, 0]."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer's ops)
+
+    run_dir, _ = prod_run
+    loaded = tf.saved_model.load(str(run_dir / "export" / "1"))
+    empty, caption = tf.constant([], tf.string), tf.constant(["a red circle"])
+    assert loaded.signatures["encode_image"](images=empty)["embeddings"].shape == (0, 32)
+    assert loaded.signatures["encode_text"](captions=empty)["embeddings"].shape == (0, 32)
+    assert loaded.signatures["score"](captions=caption, images=empty)["scores"].shape == (0, 1)
+    from kitm.data.synthetic_records import encode_png
+
+    png = tf.constant([encode_png(np.full((40, 40, 3), 90, np.uint8))] * 2)
+    image = loaded.signatures["encode_image"](images=png)["embeddings"].numpy()
+    assert image.shape == (2, 32) and np.allclose(np.linalg.norm(image, axis=1), 1, atol=1e-5)
+    assert loaded.signatures["score"](captions=empty, images=png)["scores"].shape == (2, 0)
+
+
+@pytest.mark.slow
 def test_saved_model_cli_lists_the_three_signatures(prod_run, tmp_path):
     run_dir, _ = prod_run
     result = _saved_model_cli(run_dir / "export" / "1", tmp_path)

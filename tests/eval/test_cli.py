@@ -347,6 +347,24 @@ def test_bad_input_gives_one_line_errors_and_status_2(matrices, tmp_path, capsys
     assert "summary.json is missing" in _error([f"--run_dir={tmp_path}"], capsys)
 
 
+def test_a_full_disk_when_writing_the_report_is_named_with_its_file(matrices, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from kitm.eval import cli
+
+    folder, _, _ = matrices
+    out = tmp_path / "report.json"
+
+    def full_disk(path, payload):
+        raise OSError(errno.ENOSPC, "No space left on device", f"{path}.tmp")
+
+    monkeypatch.setattr(cli, "write_report_json", full_disk)
+    err = _error([f"--sims={folder / 'sims.npy'}", f"--relevance_matrix={folder / 'relevance.npy'}",
+                  f"--out={out}"], capsys)
+    assert f"Writing {out}.tmp failed: No space left on device. The disk is full" in err
+    assert f"{out} was not created" in err
+
+
 def test_bad_input_against_a_dataset(run, run_report, tiny_synthetic, capsys):
     run_dir, _, _ = run
     sims = f"--sims={run_dir / 'sims.npy'}"

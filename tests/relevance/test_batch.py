@@ -105,6 +105,35 @@ def test_ngram_keys_separate_levels_and_ngrams():
         ngram_key("a", 0)
 
 
+def test_a_caption_repeating_an_ngram_hundreds_of_times_scores_as_pycocoevalcap():
+    """A 100,000-character caption stopped the build with "a caption repeats an n-gram more than 256 times" (the
+    keys' 8 level bits); levels above 256 now take salted hashes, and CIDEr-D stays pycocoevalcap's."""
+    from pycocoevalcap.cider.cider_scorer import CiderScorer
+
+    long_caption = " ".join(["dog runs"] * 700)  # "dog", "runs", "dog runs", "runs dog", ... each ~700 times
+    corpus = [["a dog runs", "dog runs dog runs", "the dog"], ["a cat sleeps", "cat", "a cat on a mat"],
+              [long_caption, "dog runs fast", "a dog"]]
+    document_frequency = DocumentFrequency.from_reference_groups(corpus, normalize=False)
+    hypotheses = [long_caption, "dog runs dog runs", "a cat"]
+    features = cider_features(hypotheses, document_frequency, normalize=False)
+    first = features.caption_slices()[0]
+    assert len(set(features.keys[first].tolist())) == features.entries[0] > 2000  # every (n-gram, level) its own key
+    assert ngram_key("dog", 700) in set(features.keys[first].tolist())
+    # Keys below level 257 are the unsalted hash's: the records of earlier builds keep their meaning.
+    assert ngram_key("dog", 257) != ngram_key("dog", 1) and ngram_key("dog", 256) - ngram_key("dog") == 255
+    found = _batch_cider_from_features(hypotheses, corpus, document_frequency, normalize=False)
+    corpus_frequency = collections.defaultdict(float, {
+        tuple(gram.split()): float(count) for gram, count in document_frequency.counts.items()})
+    for row, hypothesis in enumerate(hypotheses):
+        scorer = CiderScorer(n=4, sigma=6.0)
+        for group in corpus:
+            scorer += (hypothesis, group)
+        scorer.document_frequency = corpus_frequency
+        # float32 weights summed over ~2,800 entries of one pair: 2e-5 relative (a wrong key would miss by far more).
+        np.testing.assert_allclose(found[:, row], np.array(scorer.compute_cider()), rtol=1e-4, atol=2e-6)
+    assert found[2, 0] > 3
+
+
 def _records_by_caption_id(root, split):
     info = schema.load_info(root)
     spec = schema.feature_spec(info)

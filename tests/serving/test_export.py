@@ -61,3 +61,4 @@ def test_versions_never_overwrite_and_feature_widths_are_checked_in_the_graph(tm
     wrong = json.loads(result.stdout.strip().splitlines()[-1])["wrong"]
     assert "encode_image: features must be float32 [N, 8]" in wrong and "got width] [5]" in wrong.replace("\n", " ")
     np.testing.assert_allclose(np.load(tmp_path / "served.npy"), model.encode_image(features).numpy(), atol=1e-5)
+

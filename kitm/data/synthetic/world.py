@@ -168,7 +168,7 @@ def generate_world(
 
     indices = range(num_scenes)
     if progress:
-        from tqdm.auto import tqdm
+        from kitm.progress import progress_bar as tqdm
 
         indices = tqdm(indices, desc="synthetic world", unit="scene")
     for n in indices:
