@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_shards", type=int, default=4,
                         help="shards for the training split (val and test get a quarter, at least one)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_relevance_arguments(parser)
+    _add_converter_arguments(parser)
+    _add_source_arguments(parser)
+    return parser
+
+
+def _add_relevance_arguments(parser: argparse.ArgumentParser) -> None:
+    """The relevance rows and the image-space neighbour rows every build can store."""
     relevance = parser.add_argument_group("relevance rows (kitm.relevance.rows)")
     relevance.add_argument("--relevance", type=_relevance, default=("cider", "sbert", "neighbors"),
                            help="comma-separated row sources among cider, sbert, neighbors, or 'none' "
@@ -79,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "0.875 of the shorter side, resized)")
     image.add_argument("--image_neighbors_batch", type=int, default=32, help="backbone: images per batch")
     image.add_argument("--image_neighbors_pixels", type=int, default=16, help="pixels: side of the downsampled image")
+
+
+def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the converters do with odd input, the split sizes, and the synthetic world's settings."""
     common = parser.add_argument_group("converters (all but synthetic)")
     common.add_argument("--limit", type=int, default=None,
                         help="only the first N images of each split (quick builds and tests)")
@@ -110,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="store a trained run's image embeddings (its exported SavedModel, e.g. trained on "
                                 "a world of another --seed) instead of pixels: image mode 'feature', for "
                                 "--image_encoder=features_mlp (the papers' frozen precomputed features)")
+
+
+def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where each converter reads its dataset from."""
     karpathy = parser.add_argument_group("karpathy, coco_captions")
     karpathy.add_argument("--karpathy_json", help="dataset_coco.json / dataset_flickr30k.json / dataset_flickr8k.json")
     flickr8k = parser.add_argument_group("flickr8k")
@@ -137,7 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
     precomputed = parser.add_argument_group("precomputed (VSE++ / SCAN)")
     precomputed.add_argument("--features_dir", help="folder holding <name>/{split}_ims.npy and {split}_caps.txt")
     precomputed.add_argument("--name", help="the feature set's folder and dataset name, e.g. f30k_precomp")
-    return parser
 
 
 def _need(args, dataset: str, *names: str) -> None:

@@ -28,6 +28,52 @@ def encode_png(image: np.ndarray) -> bytes:
 DEFAULT_SYNTHETIC_RELEVANCE = ("cider",)
 
 
+def _truth_meta(captions_per_image: int) -> dict:
+    """dataset.json's entry for the truth slot: the scene and caption facts every record carries."""
+    return {"truth": {
+        "features": {
+            schema.TRUTH_SCENE_FACTS: ["int64", MAX_OBJECTS * len(SCENE_FACT_FIELDS)],
+            schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * CAPTION_FACT_WIDTH],
+        },
+        "definition": "kitm.relevance.truth.truth_relevance (exact relevance of a caption to an image)",
+    }}
+
+
+def _frozen_features(world, encode: Callable[[np.ndarray], np.ndarray], provenance: dict) -> np.ndarray:
+    """Every scene's image through the frozen extractor, checked to be one finite row per scene."""
+    features = encode(world.images)
+    if features.ndim != 2 or features.shape[0] != world.num_scenes or not np.isfinite(features).all():
+        raise ValueError(f"The image feature extractor {provenance} gave {features.shape} values (finite: "
+                         f"{bool(np.isfinite(features).all())}) for {world.num_scenes} scenes; expected [scenes, F].")
+    return features
+
+
+def _write_splits(out: pathlib.Path, world, members_of: dict, rows, features: np.ndarray | None, num_shards: int,
+                  progress: bool) -> dict:
+    """Write each split's shards (PNG pixels, or the frozen features) with the truth facts and relevance rows."""
+    cpi = world.captions_per_image
+    splits = {}
+    bar = tqdm(total=world.num_scenes, desc=f"writing {out}", unit="image", disable=not progress)
+    for split, members in members_of.items():
+
+        def records(index_range, members=members, split=split):
+            for position in index_range:
+                i = int(members[position])
+                yield make_example(
+                    image_id=i, image_key=f"scene_{i:06d}", split=split, captions=world.captions[i],
+                    caption_ids=[i * cpi + k for k in range(cpi)],
+                    image_encoded=None if features is not None else encode_png(world.images[i]),
+                    image_feature=None if features is None else features[i],
+                    extra={schema.TRUTH_SCENE_FACTS: world.scene_facts[i],
+                           schema.TRUTH_CAPTION_FACTS: world.caption_facts[i], **rows.features(split, position)})
+
+        shards = num_shards if split == "train" else max(1, num_shards // 4)
+        names, sizes = write_shards(out, split, int(members.size), shards, records, progress=bar.update)
+        splits[split] = {"num_images": int(members.size), "shards": names, "bytes": sizes}
+    bar.close()
+    return splits
+
+
 def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int = 0, image_size: int = 64,
                     captions_per_image: int = 5, num_shards: int = 4, progress: bool = True,
                     relevance: Sequence[str] = DEFAULT_SYNTHETIC_RELEVANCE, sentence_model: str | None = None,
@@ -59,22 +105,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
     world = synthetic.generate_world(num_scenes, seed=seed, image_size=image_size,
                                      captions_per_image=captions_per_image, split_counts=split_counts,
                                      progress=progress, **world_options)
-    features = None
-    if image_features is not None:
-        encode, provenance = image_features
-        features = encode(world.images)
-        if features.shape[0] != num_scenes or features.ndim != 2 or not np.isfinite(features).all():
-            raise ValueError(f"The image feature extractor {provenance} gave {features.shape} values (finite: "
-                             f"{bool(np.isfinite(features).all())}) for {num_scenes} scenes; expected [scenes, F].")
-    relevance_meta = {
-        "truth": {
-            "features": {
-                schema.TRUTH_SCENE_FACTS: ["int64", MAX_OBJECTS * len(SCENE_FACT_FIELDS)],
-                schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * CAPTION_FACT_WIDTH],
-            },
-            "definition": "kitm.relevance.truth.truth_relevance (exact relevance of a caption to an image)",
-        }
-    }
+    features = None if image_features is None else _frozen_features(world, *image_features)
     members_of = {split: np.flatnonzero(world.splits == split) for split in schema.SPLITS}
     members_of = {split: members for split, members in members_of.items() if members.size}
     rows = compute_relevance_rows(
@@ -85,31 +116,12 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         neighbors_k=neighbors_k, progress=progress, image_neighbors=image_neighbors,
         images={split: PixelArrays(world.images[members], [f"scene_{i:06d}" for i in members])
                 for split, members in members_of.items()} if image_neighbors is not None else None)
-    relevance_meta.update(rows.meta)
-    splits = {}
-    bar = tqdm(total=num_scenes, desc=f"writing {out}", unit="image", disable=not progress)
-    for split, members in members_of.items():
-
-        def records(index_range, members=members, split=split):
-            for position in index_range:
-                i = int(members[position])
-                yield make_example(
-                    image_id=i, image_key=f"scene_{i:06d}", split=split, captions=world.captions[i],
-                    caption_ids=[i * captions_per_image + k for k in range(captions_per_image)],
-                    image_encoded=None if features is not None else encode_png(world.images[i]),
-                    image_feature=None if features is None else features[i],
-                    extra={schema.TRUTH_SCENE_FACTS: world.scene_facts[i],
-                           schema.TRUTH_CAPTION_FACTS: world.caption_facts[i], **rows.features(split, position)})
-
-        shards = num_shards if split == "train" else max(1, num_shards // 4)
-        names, sizes = write_shards(out, split, int(members.size), shards, records, progress=bar.update)
-        splits[split] = {"num_images": int(members.size), "shards": names, "bytes": sizes}
-    bar.close()
+    splits = _write_splits(out, world, members_of, rows, features, num_shards, progress)
     info = schema.DatasetInfo(
         name="synthetic", captions_per_image=captions_per_image,
         image_mode="encoded" if features is None else "feature",
         feature_dim=None if features is None else int(features.shape[1]), splits=splits,
-        image_size=image_size, relevance=relevance_meta,
+        image_size=image_size, relevance={**_truth_meta(captions_per_image), **rows.meta},
         source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
                 "image_size": image_size, "relevance_rows": list(relevance),
                 **({} if split_counts is None else {"split_counts": [int(c) for c in split_counts]}),

@@ -114,6 +114,20 @@ def _split_labels(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return labels[rng.permutation(int(counts.sum()))]
 
 
+def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate) -> None:
+    """generate_world's arguments, each refused with its name and the value given."""
+    if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
+        raise ValueError(f"`num_scenes` must be a positive integer; got {num_scenes!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"`seed` must be a non-negative integer; got {seed!r}.")
+    if not isinstance(image_size, (int, np.integer)) or image_size < _MIN_IMAGE_SIZE:
+        raise ValueError(f"`image_size` must be an integer >= {_MIN_IMAGE_SIZE}; got {image_size!r}.")
+    if not isinstance(captions_per_image, (int, np.integer)) or captions_per_image < 1:
+        raise ValueError(f"`captions_per_image` must be a positive integer; got {captions_per_image!r}.")
+    if not 0.0 <= float(near_duplicate_rate) <= 1.0:
+        raise ValueError(f"`near_duplicate_rate` must be in [0, 1]; got {near_duplicate_rate!r}.")
+
+
 def generate_world(
     num_scenes: int = 3000,
     *,
@@ -139,16 +153,7 @@ def generate_world(
             splits as the fractions that round to them.
         progress: show a tqdm progress bar.
     """
-    if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
-        raise ValueError(f"`num_scenes` must be a positive integer; got {num_scenes!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"`seed` must be a non-negative integer; got {seed!r}.")
-    if not isinstance(image_size, (int, np.integer)) or image_size < _MIN_IMAGE_SIZE:
-        raise ValueError(f"`image_size` must be an integer >= {_MIN_IMAGE_SIZE}; got {image_size!r}.")
-    if not isinstance(captions_per_image, (int, np.integer)) or captions_per_image < 1:
-        raise ValueError(f"`captions_per_image` must be a positive integer; got {captions_per_image!r}.")
-    if not 0.0 <= float(near_duplicate_rate) <= 1.0:
-        raise ValueError(f"`near_duplicate_rate` must be in [0, 1]; got {near_duplicate_rate!r}.")
+    _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate)
     num_scenes, image_size, captions_per_image = int(num_scenes), int(image_size), int(captions_per_image)
 
     # Independent streams: changing the caption templates, say, leaves the scenes and images unchanged.
