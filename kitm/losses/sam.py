@@ -1,4 +1,4 @@
-"""SAM: the semantic adaptive margin triplet loss (Biten, Mafla et al., CVPR 2022, Eq. 7).
+"""SAM: the semantic adaptive margin triplet loss (Biten, Mafla et al., WACV 2022, Eq. 7).
 
 docs/methods.md#sam. With `s[p, q]` the cosine of image p and caption q and `R[p, q]` the relevance
 (CIDEr-D) of caption q to image p, anchor image p with its chosen negative caption n, and anchor
