@@ -17,8 +17,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 from threadpoolctl import threadpool_limits
 
-from kitm.ops.kmeans1d import lloyd, seeding
-from kitm.ops.kmeans1d import auto_kmeans_1d, kmeans_1d_candidates
+from kitm.ops.kmeans1d import auto_kmeans_1d, kmeans_1d_candidates, lloyd, seeding
 
 K_MIN, K_MAX = 2, 5
 COLS = 24

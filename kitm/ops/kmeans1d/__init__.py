@@ -36,7 +36,7 @@ the one with the highest silhouette: Lloyd's algorithm from k-means++ seeds (sci
 KMeans, what the reference code runs) sometimes stops in a local optimum that scores higher, e.g.
 a singleton cluster for an outlying value.  So for every row and k, `lloyd_runs` runs of that very
 algorithm (greedy k-means++ seeding, then Lloyd's iterations with scikit-learn's stopping rule; see
-`_kmeans_plus_plus` and `_lloyd`) are scored too, and the exact optimum is replaced by a run's
+`seeding._kmeans_plus_plus` and `lloyd._lloyd`) are scored too, and the exact optimum is replaced by a run's
 result only where that scores a strictly higher silhouette.  Hence, for every k, the kept
 clustering is a k-means solution whose SSE is either the global minimum or that of a Lloyd run from
 k-means++ seeds, and whose silhouette is at least the higher of the two; its expectation is at least
