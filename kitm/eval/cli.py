@@ -277,82 +277,24 @@ def _neighborhood_preservation(images, texts, data, args) -> dict[str, object]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The CLI's work: the matrix scored (and its split's data), the relevance, the report, written and printed."""
     _check_arguments(args)
     ks = _int_list(args.ks, "--ks") if args.ks is not None else None
     cs_ks = _int_list(args.cs_ks, "--cs_ks") if args.cs_ks else None
     seconds: dict[str, float] = {}
     source: dict[str, object] = {"split": None}
-    neighborhood = None
-    data = None
-    started = time.time()
     if args.run_dir:
-        from kitm.eval.run_dir import default_export_dir, embed_with_saved_model, load_saved_model, read_summary, \
-            run_data_dir
-        from kitm.eval.split_data import read_split
-
-        summary = read_summary(args.run_dir)
-        data_dir = run_data_dir(args.run_dir, summary, args.data_dir)
-        export_dir = pathlib.Path(args.export_dir) if args.export_dir else default_export_dir(args.run_dir)
-        loaded = load_saved_model(export_dir)
-        data = read_split(data_dir, args.split, limit=args.num_images)
-        if args.relevance == "truth" and data.scene_facts is None:  # fail before the costly embedding
-            raise CliError(f"--relevance=truth needs the synthetic world's facts; the dataset at {data_dir} has "
-                           f"relevance slots {sorted(data.info.relevance) or 'none'}.")
-        images, texts = embed_with_saved_model(loaded, data.captions, data.images, batch_size=args.batch_size,
-                                               progress=args.progress)
-        sims = images @ texts.T
-        if args.neighborhood != "none":
-            neighborhood = _neighborhood_preservation(images, texts, data, args)
-        source.update(run_dir=str(args.run_dir), export_dir=str(export_dir), data_dir=str(data_dir),
-                      split=args.split)
-        seconds["embedding"] = time.time() - started
+        sims, data, neighborhood = _embed_run(args, source, seconds)
     else:
-        sims = load_matrix(args.sims, "--sims")
-        source.update(sims=str(args.sims))
-        if args.data_dir:
-            from kitm.eval.split_data import read_split
-
-            data = read_split(args.data_dir, args.split, limit=args.num_images, with_images=False)
-            expected = (data.num_images, data.num_images * data.captions_per_image)
-            if sims.shape != expected:
-                raise CliError(f"--sims has shape {sims.shape}, but split '{args.split}' of {args.data_dir} has "
-                               f"{expected[0]} images and {expected[1]} captions: expected [images, captions] = "
-                               f"{list(expected)}.")
-            source.update(data_dir=str(args.data_dir), split=args.split)
-    if data is not None:
-        cpi = data.captions_per_image
-        if args.captions_per_image is not None and args.captions_per_image != cpi:
-            raise CliError(f"--captions_per_image={args.captions_per_image} disagrees with the dataset, which has "
-                           f"{cpi} captions per image.")
-    else:
-        cpi = args.captions_per_image or 5
+        sims, data = _load_sims(args, source)
+        neighborhood = None
+    cpi = _captions_per_image(args, data)
     ks = _cutoffs(ks, *sims.shape, args.fold_size, args.fold_images)  # before the relevance, which may take minutes
-    eccv_ids = None
-    if args.eccv_caption:
-        from kitm.eval import eccv as eccv_protocol
-
-        eccv_ids = {"image_ids": _read_ids(args.eccv_image_ids, "--eccv_image_ids"),
-                    "caption_ids": _read_ids(args.eccv_caption_ids, "--eccv_caption_ids")}
-        expected = (eccv_protocol.NUM_IMAGES, eccv_protocol.NUM_IMAGES * eccv_protocol.CAPTIONS_PER_IMAGE)
-        if sims.shape != expected:
-            raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = "
-                           f"{list(expected)}; the matrix scored has shape {list(sims.shape)}.")
+    eccv_ids = _eccv_ids(args, sims) if args.eccv_caption else None
     if args.save_sims:
         save_matrix(args.save_sims, sims)
 
-    relevance = None
-    relevance_name = args.relevance
-    started = time.time()
-    if args.relevance_matrix:
-        relevance = load_matrix(args.relevance_matrix, "--relevance_matrix")
-        relevance_name = "matrix"
-    elif args.relevance != "none":
-        from kitm.eval.split_data import split_relevance
-
-        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
-                                    cider_normalization=args.cider_normalization)
-        seconds["relevance"] = time.time() - started
-
+    relevance, relevance_name = _relevance(args, data, seconds)
     positive_threshold = _positive_threshold(args, relevance_name, relevance is not None)
     started = time.time()
     report, per_query = build_report_per_query(
@@ -368,10 +310,110 @@ def _run(args: argparse.Namespace) -> int:
         eccv = eccv_caption_metrics(sims, **eccv_ids, ks=ks, progress=args.progress)
         seconds["eccv_caption"] = time.time() - started
 
+    out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
+    payload = _payload(args, out, source, relevance_name, positive_threshold, report, neighborhood, eccv, seconds)
+    # The per-query file first: a report that exists always has its per-query values beside it.
+    write_per_query(out, per_query)
+    write_report_json(out, payload)
+    _print_report(args, out, report, relevance_name, neighborhood, eccv)
+    return 0
+
+
+def _embed_run(args: argparse.Namespace, source: dict[str, object], seconds: dict[str, float]):
+    """--run_dir: the split's records embedded by the run's SavedModel -> (sims [images, captions], the split's
+    data, the neighbourhood preservation or None); `source` and `seconds` are filled in."""
+    from kitm.eval.run_dir import default_export_dir, embed_with_saved_model, load_saved_model, read_summary, \
+        run_data_dir
+    from kitm.eval.split_data import read_split
+
+    started = time.time()
+    summary = read_summary(args.run_dir)
+    data_dir = run_data_dir(args.run_dir, summary, args.data_dir)
+    export_dir = pathlib.Path(args.export_dir) if args.export_dir else default_export_dir(args.run_dir)
+    loaded = load_saved_model(export_dir)
+    data = read_split(data_dir, args.split, limit=args.num_images)
+    if args.relevance == "truth" and data.scene_facts is None:  # fail before the costly embedding
+        raise CliError(f"--relevance=truth needs the synthetic world's facts; the dataset at {data_dir} has "
+                       f"relevance slots {sorted(data.info.relevance) or 'none'}.")
+    images, texts = embed_with_saved_model(loaded, data.captions, data.images, batch_size=args.batch_size,
+                                           progress=args.progress)
+    sims = images @ texts.T
+    neighborhood = None
+    if args.neighborhood != "none":
+        neighborhood = _neighborhood_preservation(images, texts, data, args)
+    source.update(run_dir=str(args.run_dir), export_dir=str(export_dir), data_dir=str(data_dir),
+                  split=args.split)
+    seconds["embedding"] = time.time() - started
+    return sims, data, neighborhood
+
+
+def _load_sims(args: argparse.Namespace, source: dict[str, object]):
+    """--sims: the saved matrix, and with --data_dir the split's captions (checked to match its shape) -> (sims,
+    the split's data or None); `source` is filled in."""
+    sims = load_matrix(args.sims, "--sims")
+    source.update(sims=str(args.sims))
+    data = None
+    if args.data_dir:
+        from kitm.eval.split_data import read_split
+
+        data = read_split(args.data_dir, args.split, limit=args.num_images, with_images=False)
+        expected = (data.num_images, data.num_images * data.captions_per_image)
+        if sims.shape != expected:
+            raise CliError(f"--sims has shape {sims.shape}, but split '{args.split}' of {args.data_dir} has "
+                           f"{expected[0]} images and {expected[1]} captions: expected [images, captions] = "
+                           f"{list(expected)}.")
+        source.update(data_dir=str(args.data_dir), split=args.split)
+    return sims, data
+
+
+def _captions_per_image(args: argparse.Namespace, data) -> int:
+    """The dataset's captions per image (--captions_per_image must agree), else --captions_per_image or 5."""
+    if data is not None:
+        cpi = data.captions_per_image
+        if args.captions_per_image is not None and args.captions_per_image != cpi:
+            raise CliError(f"--captions_per_image={args.captions_per_image} disagrees with the dataset, which has "
+                           f"{cpi} captions per image.")
+        return cpi
+    return args.captions_per_image or 5
+
+
+def _eccv_ids(args: argparse.Namespace, sims) -> dict[str, object]:
+    """--eccv_caption: the COCO ids of the matrix's images and captions, the matrix checked to be the 5K test's."""
+    from kitm.eval import eccv as eccv_protocol
+
+    eccv_ids = {"image_ids": _read_ids(args.eccv_image_ids, "--eccv_image_ids"),
+                "caption_ids": _read_ids(args.eccv_caption_ids, "--eccv_caption_ids")}
+    expected = (eccv_protocol.NUM_IMAGES, eccv_protocol.NUM_IMAGES * eccv_protocol.CAPTIONS_PER_IMAGE)
+    if sims.shape != expected:
+        raise CliError(f"--eccv_caption scores COCO's Karpathy 5K test split, [images, captions] = "
+                       f"{list(expected)}; the matrix scored has shape {list(sims.shape)}.")
+    return eccv_ids
+
+
+def _relevance(args: argparse.Namespace, data, seconds: dict[str, float]):
+    """(relevance [captions, images] or None, its name): --relevance_matrix ("matrix"), or --relevance computed
+    from the split's captions (timed in `seconds`), or none."""
+    relevance = None
+    relevance_name = args.relevance
+    started = time.time()
+    if args.relevance_matrix:
+        relevance = load_matrix(args.relevance_matrix, "--relevance_matrix")
+        relevance_name = "matrix"
+    elif args.relevance != "none":
+        from kitm.eval.split_data import split_relevance
+
+        relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
+                                    cider_normalization=args.cider_normalization)
+        seconds["relevance"] = time.time() - started
+    return relevance, relevance_name
+
+
+def _payload(args: argparse.Namespace, out: pathlib.Path, source, relevance_name: str, positive_threshold, report,
+             neighborhood, eccv, seconds) -> dict[str, object]:
+    """The JSON report: version, source, relevance, settings, the report's figures, flat figures and timings."""
     import kitm
 
-    out = pathlib.Path(args.out) if args.out else _default_out(args, relevance_name)
-    payload = {
+    return {
         "kitm_version": kitm.__version__,
         "source": source,
         "relevance": {"source": relevance_name, "matrix": args.relevance_matrix,
@@ -387,9 +429,11 @@ def _run(args: argparse.Namespace) -> int:
         "per_query": per_query_path(out).name,
         "seconds": seconds,
     }
-    # The per-query file first: a report that exists always has its per-query values beside it.
-    write_per_query(out, per_query)
-    write_report_json(out, payload)
+
+
+def _print_report(args: argparse.Namespace, out: pathlib.Path, report, relevance_name: str, neighborhood,
+                  eccv) -> None:
+    """The report as a table on stdout, with ECCV Caption's figures and the neighbourhood preservation if any."""
     what = f"{args.run_dir}, split {args.split}" if args.run_dir else str(args.sims)
     print(format_report(report, f"kitm.eval: {what}; relevance {relevance_name}"))
     if eccv is not None:
@@ -400,7 +444,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"neighbourhood preservation (k={neighborhood['k']}, {neighborhood['reference']} space): "
               f"images {neighborhood['image']:.4f}, captions {neighborhood['text']:.4f}")
     print(f"Report: {out}")
-    return 0
 
 
 def _one_line(error: BaseException) -> str:

@@ -94,6 +94,39 @@ def n_way_recall_per_query(
     cpi = _checks.positive_int(captions_per_image, "captions_per_image")
     n = _checks.positive_int(n, "n")
     repeats = _checks.positive_int(repeats, "repeats")
+    sims, image_embeddings, text_embeddings, num_images, num_captions = _checked_scores(
+        sims, image_embeddings, text_embeddings, cpi)
+    distractors = n - 1
+    if distractors > num_captions - cpi or distractors > num_images - 1:
+        raise ValueError(
+            f"`n`={n} needs {distractors} distractors, but a query has only "
+            f"{num_captions - cpi} other captions and {num_images - 1} other images."
+        )
+    score = _pair_scorer(sims, image_embeddings, text_embeddings)
+
+    rng = np.random.default_rng(seed)
+    captions = np.arange(num_captions)
+    owners = captions // cpi
+    totals = {"i2t": np.zeros(num_captions), "t2i": np.zeros(num_captions)}
+    for _ in range(repeats):
+        # Draw from the candidates that are not the query's own, then shift past the gap.
+        drawn = sample_without_replacement(rng, num_captions - cpi, distractors, num_captions)
+        other_captions = drawn + cpi * (drawn >= (owners * cpi)[:, None])
+        drawn = sample_without_replacement(rng, num_images - 1, distractors, num_captions)
+        other_images = drawn + (drawn >= owners[:, None])
+        partner = score(owners[:, None], captions[:, None])[:, 0]
+        for direction, rival in (
+            ("i2t", score(owners[:, None], other_captions)),
+            ("t2i", score(other_images, captions[:, None])),
+        ):
+            won = np.all(rival < partner[:, None], axis=1)
+            totals[direction] += won
+    return {direction: 100.0 * total / repeats for direction, total in totals.items()}
+
+
+def _checked_scores(sims, image_embeddings, text_embeddings, cpi: int):
+    """Either `sims` or both embedding matrices, checked -> (sims, image_embeddings, text_embeddings, num_images,
+    num_captions), the ones not given None."""
     if sims is not None:
         if image_embeddings is not None or text_embeddings is not None:
             raise ValueError("give either `sims` or `image_embeddings` and `text_embeddings`, not both.")
@@ -115,12 +148,12 @@ def n_way_recall_per_query(
                 f"{num_images} images with captions_per_image={cpi} need {num_images * cpi} text "
                 f"embeddings; got {num_captions}."
             )
-    distractors = n - 1
-    if distractors > num_captions - cpi or distractors > num_images - 1:
-        raise ValueError(
-            f"`n`={n} needs {distractors} distractors, but a query has only "
-            f"{num_captions - cpi} other captions and {num_images - 1} other images."
-        )
+    return sims, image_embeddings, text_embeddings, num_images, num_captions
+
+
+def _pair_scorer(sims, image_embeddings, text_embeddings):
+    """`score(images, captions)`: the scores of (images[q, j], captions[q, j]) pairs, read from `sims`, or without
+    it the dot products of the embeddings, computed only for those pairs."""
 
     def score(images: np.ndarray, captions: np.ndarray) -> np.ndarray:
         """Scores of (images[q, j], captions[q, j]) pairs, broadcast to one [Q, width] array."""
@@ -136,21 +169,4 @@ def n_way_recall_per_query(
             )
         return out
 
-    rng = np.random.default_rng(seed)
-    captions = np.arange(num_captions)
-    owners = captions // cpi
-    totals = {"i2t": np.zeros(num_captions), "t2i": np.zeros(num_captions)}
-    for _ in range(repeats):
-        # Draw from the candidates that are not the query's own, then shift past the gap.
-        drawn = sample_without_replacement(rng, num_captions - cpi, distractors, num_captions)
-        other_captions = drawn + cpi * (drawn >= (owners * cpi)[:, None])
-        drawn = sample_without_replacement(rng, num_images - 1, distractors, num_captions)
-        other_images = drawn + (drawn >= owners[:, None])
-        partner = score(owners[:, None], captions[:, None])[:, 0]
-        for direction, rival in (
-            ("i2t", score(owners[:, None], other_captions)),
-            ("t2i", score(other_images, captions[:, None])),
-        ):
-            won = np.all(rival < partner[:, None], axis=1)
-            totals[direction] += won
-    return {direction: 100.0 * total / repeats for direction, total in totals.items()}
+    return score

@@ -268,11 +268,7 @@ def build_report_per_query(
     ks = _checks.cutoffs(ks)
     if relevance is not None:
         relevance = _checks.relevance_layout(relevance, num_images, num_captions)
-    if cs_ks is None:
-        cs_ks = coherent_cutoffs(num_images)
-    else:
-        cs_ks = _checks.cutoffs(cs_ks, "cs_ks")
-        _checks.cutoffs_within(cs_ks, num_images, "cs_ks", "a CS query ranks (one caption per image)")
+    cs_ks = _checked_cs_cutoffs(cs_ks, num_images)
     use_cs = relevance is not None and bool(cs_ks)
     report: dict[str, object] = {
         "num_images": num_images,
@@ -294,18 +290,35 @@ def build_report_per_query(
     if fold_size is not None:
         fold_size = _checks.positive_int(fold_size, "fold_size")
         if num_images == COCO_FOLDS * fold_size:
-            fold_cs = coherent_cutoffs(fold_size)
-            folds = []
-            for images, captions in fold_slices(num_images, COCO_FOLDS, cpi):
-                block = None if relevance is None else relevance[captions, images]
-                try:
-                    folds.append(_block(sims[images, captions], cpi, block, ks, include_gt, semantic_threshold,
-                                        fold_cs, cs_caption, chunk_size, positive_threshold)[0])
-                except ValueError as error:
-                    raise ValueError(f"COCO 1K protocol (folds of fold_size={fold_size} images): {error}") from None
-            report["coco_1k"] = average_results(folds)
+            report["coco_1k"] = _coco_1k(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_caption,
+                                         chunk_size, positive_threshold, fold_size)
             report["fold_size"] = fold_size
     return report, flat_per_query
+
+
+def _checked_cs_cutoffs(cs_ks: Iterable[int] | None, num_images: int) -> tuple[int, ...]:
+    """The CS cut-offs: :func:`coherent_cutoffs` by default, else `cs_ks` checked against the images ranked."""
+    if cs_ks is None:
+        return coherent_cutoffs(num_images)
+    cs_ks = _checks.cutoffs(cs_ks, "cs_ks")
+    _checks.cutoffs_within(cs_ks, num_images, "cs_ks", "a CS query ranks (one caption per image)")
+    return cs_ks
+
+
+def _coco_1k(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_caption, chunk_size, positive_threshold,
+             fold_size: int) -> dict[str, object]:
+    """The COCO 1K protocol: every figure on each of the 5 folds of `fold_size` images (CS with the folds' own
+    cut-offs), averaged."""
+    fold_cs = coherent_cutoffs(fold_size)
+    folds = []
+    for images, captions in fold_slices(sims.shape[0], COCO_FOLDS, cpi):
+        block = None if relevance is None else relevance[captions, images]
+        try:
+            folds.append(_block(sims[images, captions], cpi, block, ks, include_gt, semantic_threshold,
+                                fold_cs, cs_caption, chunk_size, positive_threshold)[0])
+        except ValueError as error:
+            raise ValueError(f"COCO 1K protocol (folds of fold_size={fold_size} images): {error}") from None
+    return average_results(folds)
 
 
 def flatten_figures(figures: Mapping[str, object], prefix: str = "") -> dict[str, float]:

@@ -149,7 +149,7 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
     Raises KitmDataError when `out` holds an index and `options.overwrite` is false, or when nothing in `source`
     is a readable image.
     """
-    from kitm.index.model import embed_texts, load_model, model_fingerprint
+    from kitm.index.model import load_model, model_fingerprint
 
     options = options or BuildOptions()
     for name in ("batch_size", "chunk_size"):
@@ -167,15 +167,48 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
                                            THUMBNAIL_SIDE]).encode()).hexdigest()
     work = _partial_dir(out)
     _start_work(work, signature, options.progress)
-    model_seconds = time.perf_counter() - started
+    seconds = {"load_model": time.perf_counter() - started}
 
+    started = time.perf_counter()
+    parts = _embed_images(loaded, source, work, out, options)
+    seconds["embed_images"] = time.perf_counter() - started
+    image_embeddings, kept = _kept_image_embeddings(parts, source)
+
+    started = time.perf_counter()
+    captions, caption_embeddings = _embed_captions(loaded, source, kept, work, options)
+    seconds["embed_captions"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    image_index = build_vector_index(image_embeddings, caption_embeddings, exact_threshold=options.exact_threshold,
+                                     target_recall=options.target_recall)
+    caption_index = None
+    if caption_embeddings is not None:
+        caption_index = build_vector_index(caption_embeddings, image_embeddings,
+                                           exact_threshold=options.exact_threshold,
+                                           target_recall=options.target_recall)
+    seconds["faiss"] = time.perf_counter() - started
+
+    manifest = _manifest(source, parts, kept, captions, export_dir, fingerprint, image_embeddings, image_index,
+                         caption_index, seconds)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        _write_files(tmp, source, parts, kept, image_embeddings, image_index, captions, caption_embeddings,
+                     caption_index)
+        manifest["seconds"]["total"] = round(time.perf_counter() - began, 3)
+        write_json_atomically(tmp / MANIFEST, manifest)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _embed_images(loaded, source: IndexSource, work: pathlib.Path, out: pathlib.Path, options: BuildOptions) -> list:
+    """Every chunk of images embedded (those already saved in `work` are kept: a resumed build) and read back:
+    one dict of arrays per chunk (`_embed_chunk`)."""
     chunks = [range(start, min(start + options.chunk_size, source.num_images))
               for start in range(0, source.num_images, options.chunk_size)]
     done = [c for c in range(len(chunks)) if _chunk_path(work, c).is_file()]
     if done:
         _log(f"Resuming {out}: {sum(len(chunks[c]) for c in done)} of {source.num_images} images already embedded.",
              options.progress)
-    started = time.perf_counter()
     with tqdm(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
               file=sys.stderr) as bar:
         bar.update(sum(len(chunks[c]) for c in done))
@@ -186,16 +219,24 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
     for c in range(len(chunks)):
         with np.load(_chunk_path(work, c)) as loaded_chunk:
             parts.append({key: loaded_chunk[key] for key in loaded_chunk.files})
-    image_seconds = time.perf_counter() - started
+    return parts
 
+
+def _kept_image_embeddings(parts: list, source: IndexSource) -> tuple[np.ndarray, np.ndarray]:
+    """(the readable images' embeddings [N, D], their positions in `source`); stops when none is readable."""
     valid = np.concatenate([part["valid"] for part in parts])
     if not valid.any():
         first = next(str(e) for part in parts for e in part["errors"] if e)
         raise KitmDataError(f"None of the {source.num_images} files under --images is a readable image ({first}).")
     image_embeddings = np.concatenate([part["embeddings"] for part in parts if len(part["embeddings"])])
-    kept = np.flatnonzero(valid)
+    return image_embeddings, np.flatnonzero(valid)
 
-    started = time.perf_counter()
+
+def _embed_captions(loaded, source: IndexSource, kept: np.ndarray, work: pathlib.Path, options: BuildOptions):
+    """The kept images' captions as [{"text", "image"}] and their embeddings [C, D] (saved in `work`, read back
+    by a resumed build); (None, None) for a source without captions."""
+    from kitm.index.model import embed_texts
+
     caption_embeddings = captions = None
     if source.captions is not None:
         captions = [{"text": text, "image": int(new)} for new, old in enumerate(kept)
@@ -209,26 +250,24 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
                 caption_embeddings = _embed_batches(lambda batch: embed_texts(loaded, batch),
                                                     [c["text"] for c in captions], options.batch_size, bar)
             _save_npy(path, caption_embeddings)
-    caption_seconds = time.perf_counter() - started
+    return captions, caption_embeddings
 
-    started = time.perf_counter()
-    image_index = build_vector_index(image_embeddings, caption_embeddings, exact_threshold=options.exact_threshold,
-                                     target_recall=options.target_recall)
-    caption_index = None
-    if caption_embeddings is not None:
-        caption_index = build_vector_index(caption_embeddings, image_embeddings,
-                                           exact_threshold=options.exact_threshold,
-                                           target_recall=options.target_recall)
-    index_seconds = time.perf_counter() - started
 
-    skipped = [{"path": source.paths[i], "error": str(error)} for i, error in
-               enumerate(e for part in parts for e in part["errors"]) if error]
+def _image_records(source: IndexSource, parts: list, kept: np.ndarray) -> list[dict]:
+    """images.json: per kept image its path, the SHA-256 of its bytes and its thumbnail's type."""
     thumb_types = np.concatenate([part["thumb_types"] for part in parts])
     digests = np.concatenate([part["sha256"] for part in parts])
-    images = [{"path": source.paths[old], "sha256": str(digests[old]), "thumbnail_type": str(thumb_types[old])}
-              for old in kept]
+    return [{"path": source.paths[old], "sha256": str(digests[old]), "thumbnail_type": str(thumb_types[old])}
+            for old in kept]
+
+
+def _manifest(source: IndexSource, parts: list, kept: np.ndarray, captions, export_dir: pathlib.Path,
+              fingerprint, image_embeddings: np.ndarray, image_index, caption_index, seconds: dict) -> dict:
+    """manifest.json (the module docstring's table), the total seconds left to the caller."""
+    skipped = [{"path": source.paths[i], "error": str(error)} for i, error in
+               enumerate(e for part in parts for e in part["errors"]) if error]
     relevance = "truth" if source.scene_facts is not None else ("cider" if captions else None)
-    manifest = {
+    return {
         "format": FORMAT, "version": FORMAT_VERSION,
         "model": {"export_dir": str(export_dir.resolve()), "fingerprint": fingerprint,
                   "embedding_dim": int(image_embeddings.shape[1])},
@@ -239,33 +278,33 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
         "images_index": image_index.describe(),
         "captions_index": caption_index.describe() if caption_index else None,
         "skipped": skipped,
-        "seconds": {"load_model": round(model_seconds, 3), "embed_images": round(image_seconds, 3),
-                    "embed_captions": round(caption_seconds, 3), "faiss": round(index_seconds, 3)},
+        "seconds": {"load_model": round(seconds["load_model"], 3), "embed_images": round(seconds["embed_images"], 3),
+                    "embed_captions": round(seconds["embed_captions"], 3), "faiss": round(seconds["faiss"], 3)},
     }
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
-        write_index(image_index.index, tmp / "images.faiss")
-        np.save(tmp / "image_embeddings.npy", image_embeddings)
-        with open(tmp / "thumbnails.bin", "wb") as stream:
-            sizes = []
-            for part in parts:
-                for i in np.flatnonzero(part["valid"]):
-                    begin, end = part["thumb_offsets"][i], part["thumb_offsets"][i + 1]
-                    stream.write(part["thumbs"][begin:end].tobytes())
-                    sizes.append(end - begin)
-        np.save(tmp / "thumbnail_offsets.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-        (tmp / "images.json").write_text(json.dumps(images, ensure_ascii=False))
-        if captions is not None:
-            write_index(caption_index.index, tmp / "captions.faiss")
-            np.save(tmp / "caption_embeddings.npy", caption_embeddings)
-            (tmp / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
-            _document_frequency([source.captions[old] for old in kept]).save(tmp / "document_frequency.json.gz")
-        if source.scene_facts is not None:
-            cpi = len(source.captions[0])
-            caption_rows = (kept[:, None] * cpi + np.arange(cpi)).reshape(-1)
-            np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
-                     caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))
-        manifest["seconds"]["total"] = round(time.perf_counter() - began, 3)
-        write_json_atomically(tmp / MANIFEST, manifest)
-    shutil.rmtree(work, ignore_errors=True)
-    return manifest
+
+
+def _write_files(tmp: pathlib.Path, source: IndexSource, parts: list, kept: np.ndarray, image_embeddings, image_index,
+                 captions, caption_embeddings, caption_index) -> None:
+    """Every file of the index but the manifest into the folder `tmp` (the module docstring's table)."""
+    images = _image_records(source, parts, kept)
+    write_index(image_index.index, tmp / "images.faiss")
+    np.save(tmp / "image_embeddings.npy", image_embeddings)
+    with open(tmp / "thumbnails.bin", "wb") as stream:
+        sizes = []
+        for part in parts:
+            for i in np.flatnonzero(part["valid"]):
+                begin, end = part["thumb_offsets"][i], part["thumb_offsets"][i + 1]
+                stream.write(part["thumbs"][begin:end].tobytes())
+                sizes.append(end - begin)
+    np.save(tmp / "thumbnail_offsets.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    (tmp / "images.json").write_text(json.dumps(images, ensure_ascii=False))
+    if captions is not None:
+        write_index(caption_index.index, tmp / "captions.faiss")
+        np.save(tmp / "caption_embeddings.npy", caption_embeddings)
+        (tmp / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
+        _document_frequency([source.captions[old] for old in kept]).save(tmp / "document_frequency.json.gz")
+    if source.scene_facts is not None:
+        cpi = len(source.captions[0])
+        caption_rows = (kept[:, None] * cpi + np.arange(cpi)).reshape(-1)
+        np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
+                 caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))

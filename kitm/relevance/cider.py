@@ -338,6 +338,47 @@ def cider_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
         ...              [["a dog runs on the grass"], ["a cat sleeps on the sofa"]])
         array([[10.,  0.]])
     """
+    n, hypotheses, groups = _checked_arguments(hypotheses, reference_groups, n, sigma, normalize,
+                                               document_frequency, chunk_size)
+    num_groups = len(groups)
+    scores = np.zeros((len(hypotheses), num_groups), dtype=np.float64)
+    if not hypotheses or not groups:
+        return scores
+
+    # Normalise everything in one call (one JVM start for "java"), count each distinct caption once.
+    group_sizes = np.array([len(group) for group in groups], dtype=np.int64)
+    texts = normalize_captions(hypotheses + [caption for group in groups for caption in group], normalize)
+    unique: dict[str, int] = {}
+    rows = np.fromiter((unique.setdefault(text, len(unique)) for text in texts), dtype=np.int64, count=len(texts))
+    hypothesis_rows, reference_rows = rows[:len(hypotheses)], rows[len(hypotheses):]
+    table = _NgramTable(list(unique), n)
+    a_all, b_all = _level_matrices(table, _idf(table, reference_rows, group_sizes, document_frequency), n)
+
+    # Distinct hypotheses, sorted by length: the length penalty is then one row per run.
+    distinct_hypotheses, first_row, hypothesis_inverse = np.unique(
+        hypothesis_rows, return_index=True, return_inverse=True)
+    by_length = np.argsort(table.lengths[distinct_hypotheses], kind="stable")
+    distinct_hypotheses = distinct_hypotheses[by_length]
+    hypothesis_lengths = table.lengths[distinct_hypotheses]
+    reference_lengths = table.lengths[reference_rows].astype(np.float64)
+    # Columns held densely: at most 8 bytes x (hypotheses + 2 x references) each within the budget.
+    max_dense = min(_MAX_DENSE_COLUMNS,
+                    _DEFAULT_MEMORY_BYTES // (8 * (len(distinct_hypotheses) + 2 * len(reference_rows))))
+    columns = _ColumnSplit(a_all[distinct_hypotheses], b_all[reference_rows], max_dense)
+    del a_all, b_all
+    # Each distinct hypothesis is scored once, into the first row that holds it.
+    target_rows = first_row[by_length]
+    _score_by_length(scores, columns, hypothesis_lengths, reference_lengths, target_rows, group_sizes, n, sigma,
+                     chunk_size)
+    repeated = np.flatnonzero(first_row[hypothesis_inverse] != np.arange(len(hypotheses)))
+    if len(repeated):
+        scores[repeated] = scores[first_row[hypothesis_inverse[repeated]]]
+    return scores
+
+
+def _checked_arguments(hypotheses, reference_groups, n, sigma, normalize, document_frequency, chunk_size):
+    """`cider_matrix`'s arguments checked -> (n, hypotheses, reference groups); a document frequency must count
+    n-grams up to n on captions normalised as `normalize` says."""
     n = _check_order(n)
     if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.floating, np.integer)) \
             or not math.isfinite(sigma) or sigma <= 0:
@@ -358,45 +399,30 @@ def cider_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
                                    or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
-    num_groups = len(groups)
-    scores = np.zeros((len(hypotheses), num_groups), dtype=np.float64)
-    if not hypotheses or not groups:
-        return scores
+    return n, hypotheses, groups
 
-    # Normalise everything in one call (one JVM start for "java"), count each distinct caption once.
-    group_sizes = np.array([len(group) for group in groups], dtype=np.int64)
-    texts = normalize_captions(hypotheses + [caption for group in groups for caption in group], normalize)
-    unique: dict[str, int] = {}
-    rows = np.fromiter((unique.setdefault(text, len(unique)) for text in texts), dtype=np.int64, count=len(texts))
-    hypothesis_rows, reference_rows = rows[:len(hypotheses)], rows[len(hypotheses):]
-    table = _NgramTable(list(unique), n)
 
+def _idf(table: _NgramTable, reference_rows: np.ndarray, group_sizes: np.ndarray,
+         document_frequency: DocumentFrequency | None) -> np.ndarray:
+    """The idf of every n-gram of `table`: from the groups themselves (one document each) or from
+    `document_frequency`."""
     if document_frequency is None:
-        num_documents = num_groups
+        num_documents = len(group_sizes)
         frequency = _document_frequency(table.counts[reference_rows], group_sizes)
     else:
         num_documents = document_frequency.num_documents
         frequency = document_frequency.lookup(table.vocabulary)
     # The same float operations as pycocoevalcap: ref_len - log(max(1., df)).
-    idf = np.log(float(num_documents)) - np.log(np.maximum(1.0, frequency.astype(np.float64)))
-    a_all, b_all = _level_matrices(table, idf, n)
+    return np.log(float(num_documents)) - np.log(np.maximum(1.0, frequency.astype(np.float64)))
 
-    # Distinct hypotheses, sorted by length: the length penalty is then one row per run.
-    distinct_hypotheses, first_row, hypothesis_inverse = np.unique(
-        hypothesis_rows, return_index=True, return_inverse=True)
-    by_length = np.argsort(table.lengths[distinct_hypotheses], kind="stable")
-    distinct_hypotheses = distinct_hypotheses[by_length]
-    hypothesis_lengths = table.lengths[distinct_hypotheses]
-    reference_lengths = table.lengths[reference_rows].astype(np.float64)
-    # Columns held densely: at most 8 bytes x (hypotheses + 2 x references) each within the budget.
-    max_dense = min(_MAX_DENSE_COLUMNS,
-                    _DEFAULT_MEMORY_BYTES // (8 * (len(distinct_hypotheses) + 2 * len(reference_rows))))
-    columns = _ColumnSplit(a_all[distinct_hypotheses], b_all[reference_rows], max_dense)
-    del a_all, b_all
-    # Each distinct hypothesis is scored once, into the first row that holds it.
-    target_rows = first_row[by_length]
 
-    num_references = len(reference_rows)
+def _score_by_length(scores: np.ndarray, columns: _ColumnSplit, hypothesis_lengths: np.ndarray,
+                     reference_lengths: np.ndarray, target_rows: np.ndarray, group_sizes: np.ndarray, n: int,
+                     sigma: float, chunk_size: int | None) -> None:
+    """Score the distinct hypotheses (sorted by length) against every group into `scores[target_rows]`, run of
+    equal length by run (one length penalty row each), `chunk_size` hypotheses at a time."""
+    num_groups = len(group_sizes)
+    num_references = len(reference_lengths)
     group_of_reference = np.repeat(np.arange(num_groups, dtype=np.int64), group_sizes)
     group_starts = np.concatenate([[0], np.cumsum(group_sizes)[:-1]])
     equal_size = int(group_sizes[0]) if np.all(group_sizes == group_sizes[0]) else 0
@@ -432,11 +458,6 @@ def cider_matrix(hypotheses: Sequence[str], reference_groups: Sequence[Sequence[
                     minlength=(stop - start) * num_groups).reshape(stop - start, num_groups)
             block *= scale
             scores[target_rows[start:stop]] = block
-    repeated = np.flatnonzero(first_row[hypothesis_inverse] != np.arange(len(hypotheses)))
-    if len(repeated):
-        scores[repeated] = scores[first_row[hypothesis_inverse[repeated]]]
-    return scores
-
 
 class _ColumnSplit:
     """The (n-gram, level) columns of A and B split into a dense block and a sparse rest.

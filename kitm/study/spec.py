@@ -286,47 +286,17 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     check.require(raw, "", ("name", "seeds", "configuration"))
     name = check.string(raw["name"], "name")
     out_dir = pathlib.Path(check.string(raw.get("out_dir", f"studies/{name}"), "out_dir"))
-
-    seeds = raw["seeds"]
-    if not isinstance(seeds, list) or not seeds:
-        raise check.fail("seeds", f"must be a non-empty list of integers >= 0; got {_describe(seeds)}.")
-    for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise check.fail(f"seeds[{i}]", f"must be an integer >= 0; got {_describe(seed)}.")
-    if len(set(seeds)) != len(seeds):
-        raise check.fail("seeds", f"repeats a seed: {seeds}.")
-
+    seeds = _parse_seeds(check, raw["seeds"])
     common_flags = check.flags(raw.get("common_flags", []), "common_flags", STUDY_LAUNCH_FLAGS)
-
-    evaluation_raw = check.table(raw.get("evaluation", {}), "evaluation", _EVALUATION_KEYS)
-    relevance = check.string(evaluation_raw.get("relevance", "none"), "evaluation.relevance")
-    if relevance not in RELEVANCE_SOURCES:
-        raise check.fail("evaluation.relevance", f"{relevance!r} is not one of {', '.join(RELEVANCE_SOURCES)}.")
-    evaluation = Evaluation(split=check.string(evaluation_raw.get("split", "test"), "evaluation.split"),
-                            relevance=relevance,
-                            extra_args=check.flags(evaluation_raw.get("extra_args", []), "evaluation.extra_args",
-                                                   STUDY_EVAL_FLAGS))
+    evaluation = _parse_evaluation(check, raw.get("evaluation", {}))
 
     environment_raw = raw.get("environment", {})
     environment_raw = check.table(environment_raw, "environment",
                                   set(environment_raw) if isinstance(environment_raw, Mapping) else set())
     environment = {str(key): _environment_value(check, key, value) for key, value in environment_raw.items()}
 
-    configurations_raw = raw["configuration"]
-    if not isinstance(configurations_raw, list) or not configurations_raw:
-        raise check.fail("configuration", "must be one or more [[configuration]] tables.")
-    configurations = []
-    for i, entry in enumerate(configurations_raw):
-        key = f"configuration[{i}]"
-        entry = check.table(entry, key, _CONFIGURATION_KEYS)
-        check.require(entry, key, ("name",))
-        configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
-                                      flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS))
-        if any(c.name == configuration.name for c in configurations):
-            raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
-        configurations.append(configuration)
+    configurations = _parse_configurations(check, raw["configuration"])
     names = [c.name for c in configurations]
-
     baseline = check.string(raw.get("baseline", names[0]), "baseline")
     if baseline not in names:
         raise check.fail("baseline", f"{baseline!r} is not a configuration (configurations: {', '.join(names)}).")
@@ -340,21 +310,74 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     claims = tuple(_parse_claim(check, i, entry, names, baseline) for i, entry in enumerate(raw.get("claim", [])))
     if len({claim.name for claim in claims}) != len(claims):
         raise check.fail("claim", "two claims have the same name.")
-    agreement = None
-    if "agreement" in raw:
-        agreement_raw = check.table(raw["agreement"], "agreement", _AGREEMENT_KEYS)
-        check.require(agreement_raw, "agreement", ("data_dir",), ": the dataset whose split is compared")
-        sources = check.strings(agreement_raw.get("sources", ["cider", "sbert"]), "agreement.sources")
-        reference = check.string(agreement_raw.get("reference", "truth"), "agreement.reference")
-        for key, value in [("reference", reference), *(("sources", source) for source in sources)]:
-            if value not in RELEVANCE_SOURCES or value == "none":
-                raise check.fail(f"agreement.{key}", f"{value!r} is not a relevance source "
-                                                     f"({', '.join(s for s in RELEVANCE_SOURCES if s != 'none')}).")
-        agreement = Agreement(data_dir=pathlib.Path(check.string(agreement_raw["data_dir"], "agreement.data_dir")),
-                              split=check.string(agreement_raw.get("split", "test"), "agreement.split"),
-                              sources=sources, reference=reference)
+    agreement = _parse_agreement(check, raw["agreement"]) if "agreement" in raw else None
+    prepare = _parse_prepare(check, raw.get("prepare", []))
+    return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
+                     common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
+                     claims=claims, metrics=metrics, environment=environment, agreement=agreement,
+                     prepare=tuple(prepare))
+
+
+def _parse_seeds(check: _Checker, seeds: object) -> list[int]:
+    """`seeds`: a non-empty list of distinct integers >= 0."""
+    if not isinstance(seeds, list) or not seeds:
+        raise check.fail("seeds", f"must be a non-empty list of integers >= 0; got {_describe(seeds)}.")
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise check.fail(f"seeds[{i}]", f"must be an integer >= 0; got {_describe(seed)}.")
+    if len(set(seeds)) != len(seeds):
+        raise check.fail("seeds", f"repeats a seed: {seeds}.")
+    return seeds
+
+
+def _parse_evaluation(check: _Checker, entry: object) -> Evaluation:
+    """The [evaluation] table: split, a relevance source, and extra flags of kitm.eval (not the study's own)."""
+    evaluation_raw = check.table(entry, "evaluation", _EVALUATION_KEYS)
+    relevance = check.string(evaluation_raw.get("relevance", "none"), "evaluation.relevance")
+    if relevance not in RELEVANCE_SOURCES:
+        raise check.fail("evaluation.relevance", f"{relevance!r} is not one of {', '.join(RELEVANCE_SOURCES)}.")
+    return Evaluation(split=check.string(evaluation_raw.get("split", "test"), "evaluation.split"),
+                      relevance=relevance,
+                      extra_args=check.flags(evaluation_raw.get("extra_args", []), "evaluation.extra_args",
+                                             STUDY_EVAL_FLAGS))
+
+
+def _parse_configurations(check: _Checker, configurations_raw: object) -> list[Configuration]:
+    """The [[configuration]] tables: each a distinct name and its launcher flags (not the study's own)."""
+    if not isinstance(configurations_raw, list) or not configurations_raw:
+        raise check.fail("configuration", "must be one or more [[configuration]] tables.")
+    configurations = []
+    for i, entry in enumerate(configurations_raw):
+        key = f"configuration[{i}]"
+        entry = check.table(entry, key, _CONFIGURATION_KEYS)
+        check.require(entry, key, ("name",))
+        configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
+                                      flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS))
+        if any(c.name == configuration.name for c in configurations):
+            raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
+        configurations.append(configuration)
+    return configurations
+
+
+def _parse_agreement(check: _Checker, entry: object) -> Agreement:
+    """The [agreement] table: the dataset whose split is compared, the relevance sources and their reference."""
+    agreement_raw = check.table(entry, "agreement", _AGREEMENT_KEYS)
+    check.require(agreement_raw, "agreement", ("data_dir",), ": the dataset whose split is compared")
+    sources = check.strings(agreement_raw.get("sources", ["cider", "sbert"]), "agreement.sources")
+    reference = check.string(agreement_raw.get("reference", "truth"), "agreement.reference")
+    for key, value in [("reference", reference), *(("sources", source) for source in sources)]:
+        if value not in RELEVANCE_SOURCES or value == "none":
+            raise check.fail(f"agreement.{key}", f"{value!r} is not a relevance source "
+                                                 f"({', '.join(s for s in RELEVANCE_SOURCES if s != 'none')}).")
+    return Agreement(data_dir=pathlib.Path(check.string(agreement_raw["data_dir"], "agreement.data_dir")),
+                     split=check.string(agreement_raw.get("split", "test"), "agreement.split"),
+                     sources=sources, reference=reference)
+
+
+def _parse_prepare(check: _Checker, entries: object) -> list[Prepare]:
+    """The [[prepare]] tables: each the file it creates and the command (a non-empty list) that creates it."""
     prepare = []
-    for i, entry in enumerate(raw.get("prepare", [])):
+    for i, entry in enumerate(entries):
         key = f"prepare[{i}]"
         entry = check.table(entry, key, _PREPARE_KEYS)
         check.require(entry, key, ("creates", "command"))
@@ -363,10 +386,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
             raise check.fail(f"{key}.command", "is empty.")
         prepare.append(Prepare(creates=pathlib.Path(check.string(entry["creates"], f"{key}.creates")),
                                command=command))
-    return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
-                     common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
-                     claims=claims, metrics=metrics, environment=environment, agreement=agreement,
-                     prepare=tuple(prepare))
+    return prepare
 
 
 def _environment_value(check: _Checker, key: str, value: object) -> str:

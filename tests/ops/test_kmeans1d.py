@@ -17,8 +17,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 from threadpoolctl import threadpool_limits
 
-from kitm.ops import kmeans1d
-from kitm.ops.kmeans1d import auto_kmeans_1d, kmeans_1d_candidates
+from kitm.ops.kmeans1d import auto_kmeans_1d, kmeans_1d_candidates, lloyd, seeding
 
 K_MIN, K_MAX = 2, 5
 COLS = 24
@@ -513,7 +512,7 @@ def test_lloyd_iterations_equal_sklearn_from_the_same_centers():
     for r in range(num_rows):
         for j, k in enumerate(ks):
             centers[r, j, 0, :k] = np.sort(rng.choice(xs[r], size=k, replace=False))
-    starts, ends, ok = (t.numpy() for t in kmeans1d._lloyd(
+    starts, ends, ok = (t.numpy() for t in lloyd._lloyd(
         tf.constant(xs), tf.constant(s1), tf.ones(xs.shape, tf.bool), tf.fill([num_rows], n),
         tf.constant(centers), 2, 5))
     compared = 0
@@ -555,8 +554,8 @@ def test_kmeans_plus_plus_draws_with_the_greedy_probabilities():
     x = np.array([0.0, 1.0, 1.5, 4.0, 10.0])
     copies = 20000
     xs, s1, s2 = sorted_problem(np.tile(x, (copies, 1)))
-    draws = tf.random.stateless_uniform([copies, 1, 1, kmeans1d._draws_per_run(2, 2)], [7, 0], dtype=tf.float64)
-    centers = kmeans1d._kmeans_plus_plus(
+    draws = tf.random.stateless_uniform([copies, 1, 1, seeding._draws_per_run(2, 2)], [7, 0], dtype=tf.float64)
+    centers = seeding._kmeans_plus_plus(
         tf.constant(xs), tf.constant(s1), tf.constant(s2), tf.ones(xs.shape, tf.bool), tf.fill([copies], 5),
         draws, 2, 2).numpy()[:, 0, 0, :] + x.mean()
     expected = exact_second_center_distribution(x, trials=2 + int(np.log(2)))

@@ -257,7 +257,7 @@ class CenterPhaseTrainer:
         """Run the remaining phases; returns one History with every epoch run by this call (global epochs)."""
         if self.objective is None:
             self.build(model)
-        config, objective = self.config, self.objective
+        config = self.config
         if steps_per_epoch is None:
             cardinality = int(train.cardinality())
             if cardinality < 1:
@@ -266,26 +266,11 @@ class CenterPhaseTrainer:
         flags = _TrainableFlags(model)
         first_phase, done, payload = self._starting_point()
         saved_phase = int(payload["tags"]["phase"]) if payload is not None else 0
-        saver = LossStateCheckpoint(self.state_dir, objective.all_losses(), include_model=True, verbose=self.verbose)
+        saver = LossStateCheckpoint(self.state_dir, self.objective.all_losses(), include_model=True,
+                                    verbose=self.verbose)
         saver.set_model(model)
         if payload is not None:
-            # Parameters now (k-means and the next phase need them); a phase cut short restores the rest (optimizers,
-            # counters) at its train begin, when the tags match.
-            saver.restore("parameters")
-            self.resumed = {"phase": saved_phase, "epoch": done, "batch": payload.get("batch")}
-            where = (f"phase {first_phase} ({PHASE_NAMES[first_phase - 1]})" if first_phase <= 3
-                     else "the end (every phase is done)")
-            self._print(f"Resuming from {self.state_dir}: {done} epoch(s) done; continuing with {where}.")
-            if done >= config.end_epoch(saved_phase):
-                # The process that finished this phase may have been killed before recording it.
-                record = self.records.setdefault(saved_phase, {
-                    "phase": saved_phase, "name": PHASE_NAMES[saved_phase - 1],
-                    "epochs": config.phase_epochs[saved_phase - 1], "first_epoch": config.start_epoch(saved_phase),
-                    "end_epoch": config.end_epoch(saved_phase), "finished": True, "final_metrics": None,
-                    "note": "finished by an earlier process that stopped before recording it"})
-                if not (self.phases_dir / f"phase_{saved_phase}").is_dir():
-                    record["state"] = str(saver.pin(self.phases_dir / f"phase_{saved_phase}"))
-                self._save_records()
+            self._resume(saver, first_phase, done, payload, saved_phase)
         # Inside a phase that was cut short, its own callback restores the rest of the state at train begin.
         resume_phase = saved_phase if payload is not None and first_phase == saved_phase else None
         # The quantizer is in any state written from phase 2 on (restored above); else k-means starts it.
@@ -297,63 +282,104 @@ class CenterPhaseTrainer:
                 epochs = config.phase_epochs[phase - 1]
                 if phase < first_phase or epochs == 0:
                     continue
-                start, end = config.start_epoch(phase), config.end_epoch(phase)
-                initial = max(done, start)
-                within = phase == resume_phase
+                initial = max(done, config.start_epoch(phase))
                 if phase >= 2 and not quantizer_ready:
                     self._initialize_quantizer()
                     quantizer_ready = True
-                self._set_up(model, phase, steps_per_epoch, flags)
-                if phase == 3:
-                    self.margin_callback = AdaptiveMarginCallback(
-                        objective.triplet, every_batches=config.margin_update_every,
-                        share_threshold=config.margin_share_threshold, multiplier=config.margin_multiplier,
-                        max_margin=config.margin_max, log_dir=str(self.log_dir), verbose=0)
-                stateful = {"margins": AdaptiveMarginState(self.margin_callback)} if phase == 3 else {}
-                save = LossStateCheckpoint(self.state_dir, objective.all_losses(), include_model=True,
-                                           tags={"phase": phase}, stateful=stateful, verbose=self.verbose)
-                backup = next((c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)), None)
-                if backup is not None and isinstance(backup.save_freq, int) and not isinstance(backup.save_freq, bool):
-                    save.save_freq = backup.save_freq  # save together with the backup (its default: every epoch)
-                rates = f"Adam {config.learning_rates[phase - 1]:g}, centres SGD {config.centers_learning_rate:g}"
-                self._print(f"Phase {phase}/3 ({PHASE_DESCRIPTIONS[phase - 1]}): epochs {initial + 1}-{end}, {rates}"
-                            + (f"; resuming after epoch {initial}" if within else "") + ".")
-                started = time.time()
-                # Keras keeps `_initial_epoch` from a BackupAndRestore restore for every later fit: clear it, so
-                # that this phase starts at its own epoch (the phase's callbacks set it again when resuming).
-                model._initial_epoch = None
-                history = model.fit(train, epochs=end, initial_epoch=initial, verbose=verbose, shuffle=False,
-                                    steps_per_epoch=steps_per_epoch,
-                                    callbacks=self._phase_callbacks(phase, callbacks, save))
-                for key, values in history.history.items():
-                    merged.history.setdefault(key, []).extend(values)
-                merged.epoch.extend(history.epoch)
-                ran = len(history.history.get("loss", []))
-                done = initial + ran
-                losses = history.history.get("loss", [])
-                finished = done >= end and not model.stop_training
-                self.records[phase] = {
-                    "phase": phase, "name": PHASE_NAMES[phase - 1], "description": PHASE_DESCRIPTIONS[phase - 1],
-                    "epochs": epochs, "first_epoch": start, "end_epoch": end,
-                    "resumed_at_epoch": initial if initial > start else None, "epochs_run": ran,
-                    "finished": finished, "learning_rate": config.learning_rates[phase - 1],
-                    "centers_learning_rate": config.centers_learning_rate,
-                    "trainable": self._trainable_summary(model, phase),
-                    "final_metrics": {key: _finite_or_none(values[-1]) for key, values in history.history.items()
-                                      if values},
-                    "seconds": round(time.time() - started, 3)}
-                if finished and save.saved:
-                    self.records[phase]["state"] = str(save.pin(self.phases_dir / f"phase_{phase}"))
-                self._save_records()
+                done, finished = self._run_phase(model, train, callbacks, phase, initial, phase == resume_phase,
+                                                 steps_per_epoch, verbose, flags, merged)
                 if not finished:
-                    reason = "non-finite loss" if losses and not math.isfinite(losses[-1]) else "a callback stopped it"
-                    self._print(f"Phase {phase} stopped at epoch {done} ({reason}); the later phases do not run. "
-                                f"Run again with the same --run_dir to resume.")
                     break
         finally:
             # Whatever happened, leave the model as it came (phase 2 froze it) for evaluation and export.
             flags.restore()
         return merged
+
+    def _resume(self, saver: LossStateCheckpoint, first_phase: int, done: int, payload: dict,
+                saved_phase: int) -> None:
+        """Restore the saved parameters through `saver` (k-means and the next phase need them), say where training
+        continues, and record the saved phase when it finished but its process was killed before recording it."""
+        config = self.config
+        # Parameters now; a phase cut short restores the rest (optimizers, counters) at its train begin, when the
+        # tags match.
+        saver.restore("parameters")
+        self.resumed = {"phase": saved_phase, "epoch": done, "batch": payload.get("batch")}
+        where = (f"phase {first_phase} ({PHASE_NAMES[first_phase - 1]})" if first_phase <= 3
+                 else "the end (every phase is done)")
+        self._print(f"Resuming from {self.state_dir}: {done} epoch(s) done; continuing with {where}.")
+        if done >= config.end_epoch(saved_phase):
+            # The process that finished this phase may have been killed before recording it.
+            record = self.records.setdefault(saved_phase, {
+                "phase": saved_phase, "name": PHASE_NAMES[saved_phase - 1],
+                "epochs": config.phase_epochs[saved_phase - 1], "first_epoch": config.start_epoch(saved_phase),
+                "end_epoch": config.end_epoch(saved_phase), "finished": True, "final_metrics": None,
+                "note": "finished by an earlier process that stopped before recording it"})
+            if not (self.phases_dir / f"phase_{saved_phase}").is_dir():
+                record["state"] = str(saver.pin(self.phases_dir / f"phase_{saved_phase}"))
+            self._save_records()
+
+    def _run_phase(self, model, train: tf.data.Dataset, callbacks: Sequence[keras.callbacks.Callback], phase: int,
+                   initial: int, within: bool, steps_per_epoch: int, verbose, flags: _TrainableFlags,
+                   merged: keras.callbacks.History) -> tuple[int, bool]:
+        """Train phase `phase` from global epoch `initial` (`within`: resuming inside it) to its end, its epochs
+        appended to `merged`, its record saved (and its state pinned when it finished); returns (global epochs
+        done, whether it finished)."""
+        config = self.config
+        start, end = config.start_epoch(phase), config.end_epoch(phase)
+        self._set_up(model, phase, steps_per_epoch, flags)
+        save = self._phase_saver(phase, callbacks)
+        rates = f"Adam {config.learning_rates[phase - 1]:g}, centres SGD {config.centers_learning_rate:g}"
+        self._print(f"Phase {phase}/3 ({PHASE_DESCRIPTIONS[phase - 1]}): epochs {initial + 1}-{end}, {rates}"
+                    + (f"; resuming after epoch {initial}" if within else "") + ".")
+        started = time.time()
+        # Keras keeps `_initial_epoch` from a BackupAndRestore restore for every later fit: clear it, so
+        # that this phase starts at its own epoch (the phase's callbacks set it again when resuming).
+        model._initial_epoch = None
+        history = model.fit(train, epochs=end, initial_epoch=initial, verbose=verbose, shuffle=False,
+                            steps_per_epoch=steps_per_epoch,
+                            callbacks=self._phase_callbacks(phase, callbacks, save))
+        for key, values in history.history.items():
+            merged.history.setdefault(key, []).extend(values)
+        merged.epoch.extend(history.epoch)
+        ran = len(history.history.get("loss", []))
+        done = initial + ran
+        losses = history.history.get("loss", [])
+        finished = done >= end and not model.stop_training
+        self.records[phase] = {
+            "phase": phase, "name": PHASE_NAMES[phase - 1], "description": PHASE_DESCRIPTIONS[phase - 1],
+            "epochs": config.phase_epochs[phase - 1], "first_epoch": start, "end_epoch": end,
+            "resumed_at_epoch": initial if initial > start else None, "epochs_run": ran,
+            "finished": finished, "learning_rate": config.learning_rates[phase - 1],
+            "centers_learning_rate": config.centers_learning_rate,
+            "trainable": self._trainable_summary(model, phase),
+            "final_metrics": {key: _finite_or_none(values[-1]) for key, values in history.history.items()
+                              if values},
+            "seconds": round(time.time() - started, 3)}
+        if finished and save.saved:
+            self.records[phase]["state"] = str(save.pin(self.phases_dir / f"phase_{phase}"))
+        self._save_records()
+        if not finished:
+            reason = "non-finite loss" if losses and not math.isfinite(losses[-1]) else "a callback stopped it"
+            self._print(f"Phase {phase} stopped at epoch {done} ({reason}); the later phases do not run. "
+                        f"Run again with the same --run_dir to resume.")
+        return done, finished
+
+    def _phase_saver(self, phase: int, callbacks: Sequence[keras.callbacks.Callback]) -> LossStateCheckpoint:
+        """The checkpoint of phase `phase`'s state (tagged with the phase; phase 3's with the adaptive margins, its
+        margin callback created here), saved as often as the caller's BackupAndRestore if any."""
+        config, objective = self.config, self.objective
+        if phase == 3:
+            self.margin_callback = AdaptiveMarginCallback(
+                objective.triplet, every_batches=config.margin_update_every,
+                share_threshold=config.margin_share_threshold, multiplier=config.margin_multiplier,
+                max_margin=config.margin_max, log_dir=str(self.log_dir), verbose=0)
+        stateful = {"margins": AdaptiveMarginState(self.margin_callback)} if phase == 3 else {}
+        save = LossStateCheckpoint(self.state_dir, objective.all_losses(), include_model=True,
+                                   tags={"phase": phase}, stateful=stateful, verbose=self.verbose)
+        backup = next((c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)), None)
+        if backup is not None and isinstance(backup.save_freq, int) and not isinstance(backup.save_freq, bool):
+            save.save_freq = backup.save_freq  # save together with the backup (its default: every epoch)
+        return save
 
     @staticmethod
     def _trainable_summary(model, phase: int) -> dict:

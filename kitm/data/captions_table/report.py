@@ -1,0 +1,43 @@
+"""The build's summary of a caption table's rules, printed from the report `load_table_entries` returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The build's summary of the rules: what was read, chosen, cut, dropped, repeated and how it was split."""
+    rule = report["caption_rule"]
+    c = rule["captions_per_image"]
+    separator = {None: "", "\t": ", tab-separated"}.get(report["csv_separator"],
+                                                        f", separator {report['csv_separator']!r}")
+    print(f"Read {report['rows']} row(s) of {report['captions']} ({report['format']}{separator}): "
+          f"{report['images_in_table']} image(s); images by caption count {rule['images_by_caption_count']}.")
+    if report["empty_captions_dropped"]:
+        print(f"Dropped {report['empty_captions_dropped']} empty caption(s) (--empty_captions=skip).")
+    if report["skipped_missing"]:
+        print(f"Left out {report['skipped_missing']} image(s) missing on disk (--missing_images=skip).")
+    duplicates = report.get("duplicates") or {"rows": 0}
+    if duplicates["rows"]:
+        print(f"{duplicates['rows']} duplicated row(s): they repeat an earlier row's image and caption exactly "
+              f"({duplicates['images']} image(s); {'; '.join(duplicates['examples'])}"
+              f"{'; ...' if duplicates['rows'] > len(duplicates['examples']) else ''}). They count as captions "
+              "below; if the copies are a mistake (a table concatenated twice), remove them from the table.")
+    how = "the most common count (--captions_per_image=auto)" if rule["requested"] == "auto" else "--captions_per_image"
+    print(f"Captions per image: {c}, {how}.")
+    if rule["images_with_extra_captions"]:
+        copies = rule.get("images_with_extra_captions_only_by_duplicates", 0)
+        print(f"{rule['images_with_extra_captions']} image(s) have more than {c}: they keep their first {c} "
+              f"({rule['extra_captions_dropped']} caption(s) dropped)"
+              + (f"; {copies} of them only through duplicated rows." if copies else "."))
+    if rule["images_left_out_with_fewer_captions"]:
+        print(f"Left out {rule['images_left_out_with_fewer_captions']} image(s) with fewer than {c} caption(s) "
+              f"(--few_captions={rule['few_captions']}).")
+    if rule["images_with_repeated_captions"]:
+        print(f"{rule['images_with_repeated_captions']} image(s) have fewer than {c} caption(s): filled by repeating "
+              f"them ({rule['repeated_captions']} repeated caption(s), --few_captions=repeat); repeated captions "
+              "inflate caption-to-image R@K a little.")
+    split = report["split"]
+    how = (f"from column {split['column']!r}" if split["rule"] == "column"
+           else f"random by image, --split_seed={split['seed']}")
+    print(f"Splits ({how}): " + ", ".join(f"{name} {count}" for name, count in split["images"].items()) + ".")
