@@ -314,11 +314,15 @@ def test_spec_errors_name_the_file_and_key(tmp_path, edit, key, message):
     assert message in str(error.value)
 
 
-def test_the_repository_studies_still_load(repo_root, monkeypatch):
+def test_the_repository_studies_load_and_the_claims_study_fixes_its_effects_before_the_runs(repo_root, monkeypatch):
     monkeypatch.chdir(repo_root)  # flagfile paths are relative to the repository root
-    for name in ("claims", "centers_tuning", "neighborhood_batching"):
+    for name in ("centers_tuning", "neighborhood_batching"):
         spec = load_spec(repo_root / "studies" / f"{name}.toml")
         assert all(claim.paper_effect == {} and claim.truth_control is None for claim in spec.claims)
+    claims = load_spec(repo_root / "studies" / "claims.toml")
+    assert len(claims.seeds) >= 20
+    for claim in claims.claims:  # every claim is judged against its paper's own effect, with the table named
+        assert claim.paper_effect and claim.paper_effect_source, claim.name
 
 
 # ------------------------------------------------------------------------------------------------------ report
