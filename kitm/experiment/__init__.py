@@ -8,7 +8,8 @@
 
 - `config`: typed settings (`ExperimentConfig` with data, model, objective, training, evaluation and export
   sections); every setting has the launcher flag's name.
-- `datasets`: per-dataset presets, building the synthetic world on demand, checks against the records.
+- `presets`: per-dataset presets and `experiment_config`.
+- `datasets`: where records live, building the synthetic world on demand, checks against the records.
 - `objectives` / `encoders`: registries of the losses and towers by name (`register_objective`,
   `register_image_encoder` add your own).
 - `trainers`: one fit, or the centers objective's phases, behind one interface.
@@ -16,8 +17,8 @@
 """
 
 from kitm.experiment.config import (DataConfig, EvaluationConfig, ExperimentConfig, ExportConfig, ModelConfig,
-                                    ObjectiveConfig, TrainingConfig, experiment_config)
-from kitm.experiment.datasets import DATASET_PRESETS
+                                    ObjectiveConfig, TrainingConfig)
+from kitm.experiment.presets import DATASET_PRESETS, experiment_config
 from kitm.experiment.encoders import IMAGE_ENCODERS, TEXT_ENCODERS, register_image_encoder, register_text_encoder
 from kitm.experiment.objectives import OBJECTIVES, build_objective, register_objective
 from kitm.experiment.runner import run

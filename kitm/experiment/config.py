@@ -2,8 +2,8 @@
 
 Every setting has one name, the same in Python and on the command line (`python -m kitm.launch --<name>=...`), so
 `ExperimentConfig.settings()` is the flat view the launcher, `summary.json` and TensorBoard's hparams show, and
-`experiment_config(dataset, **settings)` builds a configuration the way the launcher does: the dataset's presets
-(`kitm.experiment.datasets.DATASET_PRESETS`) for every setting not given, the given ones winning. The sections only
+`kitm.experiment.presets.experiment_config(dataset, **settings)` builds a configuration the way the launcher does:
+the dataset's presets for every setting not given, the given ones winning. The sections only
 type and group the settings; checks that need the data or several sections at once live where they are used
 (`kitm.experiment.objectives`, `kitm.experiment.datasets`, `kitm.experiment.runner`).
 """
@@ -222,18 +222,3 @@ def _typed(name: str, value):
                                   f"{list(default)!r}); got the string {value!r}.")
         return tuple(value)
     return value
-
-
-def experiment_config(dataset: str = "synthetic", **settings) -> ExperimentConfig:
-    """The configuration the launcher would run for `--dataset=<dataset>` and `settings` (flat names, e.g.
-    `epochs=2, loss=["triplet", "sam"], relevance="truth"`): the dataset's presets fill every setting not given.
-
-    >>> config = experiment_config("synthetic", epochs=2, run_dir="runs/quick")
-    >>> config.model.image_encoder, config.training.epochs
-    ('small_cnn', 2)
-    """
-    from kitm.experiment.datasets import preset_settings
-
-    given = {"dataset": dataset, **settings}
-    config = ExperimentConfig()._with(given, explicit=True)
-    return config._with(preset_settings(config), explicit=False)

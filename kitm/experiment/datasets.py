@@ -1,8 +1,6 @@
 """The datasets an experiment can name: their presets, where their records live, and how to build them.
 
-- `DATASET_PRESETS`: per-dataset values for the data, model and schedule settings that nobody gave, so that a
-  paper's flagfile (objective settings only) runs on the photos it was written for and, with `dataset="synthetic"`,
-  on the synthetic world in minutes. Explicitly given settings always win.
+- the presets live in `kitm.experiment.presets` (re-exported here as `DATASET_PRESETS`).
 - `ensure_dataset`: the dataset's info; the synthetic world is built on demand, any other dataset stops with the
   exact build command (`BUILD_COMMANDS`).
 - `check_against_data`: settings that contradict the records (missing relevance rows, images vs features, too few
@@ -17,6 +15,7 @@ from kitm.errors import KitmConfigError, KitmDataError, option
 from kitm.experiment.config import ExperimentConfig
 from kitm.experiment.objectives import check_objective, required_relevance_slots, uses_center_phases, \
     uses_neighbor_batching
+from kitm.experiment.presets import DATASET_PRESETS, preset_settings  # noqa: F401  (re-exported)
 
 # Named datasets and how to build them; the message a user sees when one is missing.
 BUILD_COMMANDS = {
@@ -42,53 +41,6 @@ OWN_DATA_BUILD_COMMAND = ("python -m kitm.data.build --dataset=captions_table --
                           "image path + caption> --images=<image folder> --out={data_dir}\n  (or, for a Karpathy split "
                           "JSON: python -m kitm.data.build --dataset=karpathy --karpathy_json=<split json> "
                           "--images=<image folder> --out={data_dir})")
-
-_PHOTO_PRESETS = {
-    "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
-    "embedding_dim": 1024, "word_dim": 300, "text_units": 1024, "captions_per_step": "all", "max_violation": True,
-    "epochs": 30, "learning_rate": 2e-4, "lr_decay_epochs": 15, "eval_every_epochs": 1,
-    # The centers objective (Malali & Keller, Sec. 4.1): 30/15/10 epochs, Adam 2e-4 then 2e-5, 1000 quantized
-    # centres, q = 500.
-    "center_phase_epochs": (30, 15, 10), "center_phase2_learning_rate": 2e-5,
-    "center_phase3_learning_rate": 2e-5, "num_quantized_centers": 1000, "margin_update_every": 500,
-}
-DATASET_PRESETS = {
-    "synthetic": {
-        "image_encoder": "small_cnn", "weights": "none", "image_size": 48, "flip": False, "eval_crop_fraction": 1.0,
-        "embedding_dim": 256, "word_dim": 64, "text_units": 128, "captions_per_step": "all",
-        # The sum over negatives throughout (the triplet, SAM's triplet part, the ladders' first rung): with the CNN
-        # starting from random weights the hardest negative collapsed the embeddings within one epoch of switching
-        # to it, after a 2- or a 6-epoch hardest_warmup_epochs too (docs/flagfiles.md, "Hardest negatives").
-        "max_violation": False, "hardest_warmup_epochs": 0.0, "epochs": 12, "learning_rate": 2e-3, "lr_decay_epochs": 9,
-        "eval_every_epochs": 3,
-        # The centers objective: the encoders train as long at each rate as the other objectives' 12 epochs (phase
-        # 1: the 9 epochs at 2e-3 before their decay; phase 3: the 3 at 2e-4 after it), plus one epoch for the
-        # quantizer alone; the sum over negatives like the other objectives here. Both chosen on the validation
-        # split (studies/centers_tuning.toml): the paper's proportions (6/3/3) left phase 1 too short to learn the
-        # world, and one random negative per anchor learned less than the sum. 50 quantized centres for the 2,100
-        # training scenes, margins adapted every 50 of the ~80 batches an epoch.
-        "center_phase_epochs": (9, 1, 3), "center_phase2_learning_rate": 2e-4,
-        "center_phase3_learning_rate": 2e-4, "num_quantized_centers": 50, "margin_update_every": 50,
-        "center_triplet_sampling": "all",
-    },
-    "coco": _PHOTO_PRESETS, "f30k": _PHOTO_PRESETS, "f8k": _PHOTO_PRESETS,
-}
-# Only the centers objective reads these: not worth a line of another run's output.
-CENTER_PHASE_SETTINGS = ("center_phase_epochs", "center_phase2_learning_rate", "center_phase3_learning_rate",
-                         "num_quantized_centers", "margin_update_every", "center_term_weights",
-                         "center_triplet_sampling")
-
-
-def preset_settings(config: ExperimentConfig) -> dict:
-    """The dataset's presets for the settings `config` was not given explicitly, where they change something."""
-    presets = {}
-    for name, value in DATASET_PRESETS.get(config.data.dataset, {}).items():
-        if name in CENTER_PHASE_SETTINGS and not uses_center_phases(config):
-            continue
-        if name not in config.explicit and config.get(name) != value:
-            presets[name] = value
-    return presets
-
 
 def synthetic_relevance_rows(config: ExperimentConfig) -> list[str]:
     """The caption relevance rows a synthetic world built for `config` carries (CIDEr-D always: it is cheap)."""

@@ -49,7 +49,7 @@ class CenterPhaseConfig:
 
     def __post_init__(self):
         # Errors name the fields with kitm.errors.option, so that kitm.experiment can show them under the settings
-        # that feed them (CENTER_PHASE_SETTINGS there) and the launcher as flags.
+        # that feed them (CENTER_PHASE_SETTINGS in kitm.experiment.presets) and the launcher as flags.
         epochs = tuple(self.phase_epochs)
         shown = ",".join(map(str, epochs))
         if len(epochs) != 3 or any(isinstance(e, bool) or int(e) != e or e < 0 for e in epochs) or sum(epochs) == 0:
