@@ -23,6 +23,7 @@ from absl import app, flags  # noqa: E402
 
 from kitm.errors import KitmConfigError, KitmError  # noqa: E402
 from kitm.experiment import config as experiment  # noqa: E402
+from kitm.experiment import presets  # noqa: E402
 
 FLAGS = flags.FLAGS
 _FLAGS_BEFORE_KITM = set(FLAGS)
@@ -294,7 +295,7 @@ def experiment_config() -> experiment.ExperimentConfig:
     given = {name: _setting(name) for name in KITM_FLAG_NAMES if FLAGS[name].present}
     dataset = given.pop("dataset", FLAGS.dataset)
     with flag_errors():
-        return experiment.experiment_config(dataset, **given)
+        return presets.experiment_config(dataset, **given)
 
 
 @contextlib.contextmanager
