@@ -1,0 +1,400 @@
+"""One training run's steps, after the run directory, data and strategy are settled (`kitm.experiment.runner`):
+tokenizer, input, model, callbacks, fit, test, export, summary.
+
+`train_evaluate_export` runs them in that order (the order matters: each draws from the seeded generators as the run
+always has); the steps share a `_RunParts` instead of passing its values along.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import platform
+import shutil
+import sys
+import time
+
+from kitm.errors import KitmConfigError, option
+from kitm.experiment import datasets, encoders
+from kitm.experiment.config import ExperimentConfig
+from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS
+from kitm.experiment.objectives import uses_neighbor_batching
+from kitm.experiment.trainers import make_trainer
+from kitm.files import write_json_atomically
+from kitm.progress import keras_verbosity
+
+SUMMARY_FILE = "summary.json"
+
+
+def check_training_settings(config: ExperimentConfig, info) -> None:
+    """Training settings that contradict each other, the model or the data."""
+    t, model = config.training, config.model
+    if t.warmup_steps and t.warmup_epochs:
+        raise KitmConfigError(f"Give {option('warmup_epochs')} or {option('warmup_steps')}, not both.")
+    if (t.warmup_steps or t.warmup_epochs) and t.lr_schedule != "cosine":
+        raise KitmConfigError(f"{option('warmup_epochs')}/{option('warmup_steps')}: the warm-up is part of the cosine "
+                              f"schedule; add {option('lr_schedule')}=cosine (got {option('lr_schedule')}="
+                              f"{t.lr_schedule}).")
+    if t.finetune_after_epochs:
+        if model.image_encoder not in PRETRAINED_IMAGE_ENCODERS:
+            raise KitmConfigError(f"{option('finetune_after_epochs')} needs a pretrained backbone "
+                                  f"({option('image_encoder')}=resnet50 or resnet152); got "
+                                  f"{option('image_encoder')}={model.image_encoder}.")
+        if model.finetune_backbone:
+            raise KitmConfigError(f"{option('finetune_after_epochs')} freezes the backbone first; it contradicts "
+                                  f"{option('finetune_backbone')} (which trains it from the start).")
+        if t.finetune_after_epochs >= t.epochs:
+            raise KitmConfigError(f"{option('finetune_after_epochs')}={t.finetune_after_epochs} leaves no "
+                                  f"fine-tuning epoch within {option('epochs')}={t.epochs}.")
+    test_split = "test" if "test" in info.splits else ("val" if "val" in info.splits else None)
+    if config.evaluation.fold_images and test_split and config.evaluation.fold_images > info.num_images(test_split):
+        raise KitmConfigError(f"{option('fold_images')}={config.evaluation.fold_images} is larger than the "
+                              f"{info.num_images(test_split)} images of the {test_split} split: no complete fold.")
+    if config.evaluation.test_crops > 1 and info.image_mode != "encoded":
+        raise KitmConfigError(f"{option('test_crops')}={config.evaluation.test_crops} crops images; "
+                              f"{config.data.data_dir} holds {info.image_mode} features.")
+
+
+def learning_rate_schedule(config: ExperimentConfig, steps_per_epoch: int):
+    """Adam's learning rate (kitm.training.schedules.build_schedule)."""
+    from kitm.training.schedules import build_schedule
+
+    t = config.training
+    warmup = t.warmup_steps or round(t.warmup_epochs * steps_per_epoch)
+    finetune_rate = t.finetune_learning_rate if t.finetune_learning_rate is not None else t.learning_rate / 10
+    try:
+        return build_schedule(t.lr_schedule, t.learning_rate, steps_per_epoch=steps_per_epoch, epochs=t.epochs,
+                              decay_epochs=t.lr_decay_epochs, decay_factor=t.lr_decay_factor, warmup_steps=warmup,
+                              finetune_after_epochs=t.finetune_after_epochs, finetune_learning_rate=finetune_rate)
+    except ValueError as error:
+        raise KitmConfigError(f"{option('lr_schedule')}={t.lr_schedule} (warm-up {warmup} steps, "
+                              f"{option('finetune_after_epochs')}={t.finetune_after_epochs}): {error}") from error
+
+
+def evaluation_relevance(config: ExperimentConfig, data_dir: pathlib.Path, split: str, info,
+                         limit: int | None) -> dict:
+    """RetrievalEvaluation's relevance argument for eval_relevance: a matrix (truth, for the first `limit` images
+    of the split) or a function of the captions (cider, sbert); {} for none."""
+    source = config.evaluation.eval_relevance
+    if source == "auto":
+        source = "truth" if "truth" in info.relevance else "none"
+    if source == "none":
+        return {}
+    if source == "truth":
+        from kitm.eval.split_data import read_split, split_relevance
+
+        subset = read_split(data_dir, split, limit=limit, with_images=False)
+        return {"relevance": split_relevance(subset, "truth")}
+    import functools
+
+    from kitm.eval.relevance_sources import caption_relevance
+
+    return {"relevance_fn": functools.partial(caption_relevance, source)}
+
+
+@dataclasses.dataclass
+class _RunParts:
+    """What the steps of one training run share: its settings, records, folders, strategy and, once made, its
+    tokenizer, input settings and trainer. `chief_dir` is where the vocabulary and the backup are read (the chief's
+    run directory); `run_dir` is where this worker writes (the chief's, or a temporary directory on the others)."""
+
+    config: ExperimentConfig
+    info: object
+    data_dir: pathlib.Path
+    chief_dir: pathlib.Path
+    run_dir: pathlib.Path
+    strategy: object
+    tokenizer: object = None
+    pipeline_config: object = None
+    trainer: object = None
+
+
+def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy,
+                           started: float, write_dir: pathlib.Path | None = None) -> dict:
+    """Train, evaluate, export. Reads the vocabulary and the backup from `run_dir` (the chief's) and writes
+    everything into `write_dir` (run_dir itself on the chief, a temporary directory on other workers)."""
+    from kitm.training import precision
+    from kitm.training.summaries import write_hparams
+
+    run = _RunParts(config, info, data_dir, run_dir, pathlib.Path(write_dir or run_dir), strategy)
+    check_training_settings(config, info)
+    print(f"Dtype policy: {precision.set_mixed_precision(config.training.mixed_precision)}.")
+    run.tokenizer = _tokenizer(run)
+    run.pipeline_config = _pipeline_config(run)
+    run.trainer = make_trainer(config, data_dir=data_dir, run_dir=run.run_dir, info=info)
+    train = _training_input(run)
+    model = _build_model(run, train)
+    settings = run.config.settings()
+    write_hparams(run.run_dir / "logs", settings, trial_id=run.run_dir.name)
+    callbacks, backup, collapse = _callbacks(run, train.steps_per_epoch)
+    train_started = time.time()
+    # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
+    history = run.trainer.fit(model, train.dataset, callbacks, steps_per_epoch=train.steps_per_epoch,
+                              verbose=keras_verbosity(run.config.training.progress))  # a line per epoch off a tty
+    train_seconds = time.time() - train_started
+    test_split, test_figures = _test(run, model, history)
+    export_path = _export(run, model)
+    summary = {
+        "flags": settings,
+        **_summary_of_training(run, model, train, backup, history),
+        "test_split": test_split,
+        "test": test_figures,
+        "test_per_query": per_query_file_name() if test_figures is not None else None,
+        "seconds": {"total": time.time() - started, "training": train_seconds},
+        "export": export_path,
+        **_machine(),
+        **run.trainer.summary(),
+    }
+    if collapse is not None:
+        summary["collapse"] = collapse.report()
+    _finish(run, summary, collapse)
+    return summary
+
+
+def _tokenizer(run: _RunParts):
+    """The text preset's own tokenizer, a resumed run's vocabulary, or one built from the training captions."""
+    from kitm.data.pipeline import training_captions
+    from kitm.layers import CaptionTokenizer, build_vocabulary
+
+    config, data = run.config, run.config.data
+    vocabulary_path = run.chief_dir / "vocabulary.txt"
+    if encoders.uses_hub_text(config):  # the text preset's own tokenizer, packing its backbone's inputs
+        tokenizer = encoders.build_hub_tokenizer(config)
+        print(f"Tokenizer of the text preset: {tokenizer.vocabulary_size} ids, {tokenizer.sequence_length} tokens.")
+        return tokenizer
+    if vocabulary_path.is_file():  # a resumed run keeps its vocabulary (the embedding rows depend on it)
+        tokenizer = CaptionTokenizer(str(vocabulary_path), data.max_caption_length, name="tokenizer")
+    else:
+        print("Building the vocabulary from the training captions.")
+        vocabulary = build_vocabulary(training_captions(run.data_dir, "train"), min_count=data.vocab_min_count,
+                                      progress=config.training.progress)
+        tokenizer = CaptionTokenizer(vocabulary, data.max_caption_length, name="tokenizer")
+        tokenizer.save_vocabulary(str(run.run_dir / "vocabulary.txt"))
+    print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {run.strategy.num_replicas_in_sync} replica(s); global "
+          f"batch {config.training.batch_size}.")
+    return tokenizer
+
+
+def _pipeline_config(run: _RunParts):
+    """The input pipeline's settings, from the data, training and evaluation settings."""
+    from kitm.data.pipeline import PipelineConfig
+
+    config, info = run.config, run.info
+    data, t = config.data, config.training
+    return PipelineConfig(
+        batch_size=t.batch_size, image_size=data.image_size, captions=data.captions_per_step,
+        relevance=data.relevance, crop_area=(data.crop_area_min, 1.0), flip=data.flip,
+        eval_crop_fraction=data.eval_crop_fraction, num_replicas=run.strategy.num_replicas_in_sync, seed=t.seed,
+        cache=info.num_images("train") <= 20000, neighbor_batching=uses_neighbor_batching(config),
+        train_subset=datasets.training_subset(config, info), neighbor_draw=config.objective.neighbor_draw,
+        neighbor_space=config.objective.neighbor_space, test_crops=config.evaluation.test_crops)
+
+
+def _training_input(run: _RunParts):
+    """The training input: per-replica pipelines under several replicas (kitm.training.distribution explains why)."""
+    from kitm.data.pipeline import training_dataset
+    from kitm.training.distribution import distributed_training_input
+
+    config, t = run.config, run.config.training
+
+    def pipeline(batch, shard, seed):
+        dataset = training_dataset(run.data_dir, "train", run.tokenizer,
+                                   dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1,
+                                                       seed=seed),
+                                   shard=shard)
+        return run.trainer.prepare_input(dataset)
+
+    return distributed_training_input(
+        run.strategy, pipeline, global_batch=t.batch_size, num_images=datasets.training_images(config, run.info),
+        samples_per_image=run.info.captions_per_image if config.data.captions_per_step == "all" else 1, seed=t.seed)
+
+
+def _build_model(run: _RunParts, train):
+    """The dual encoder, its optimizer and objective, under the strategy's scope. A joint preset (CLIP, SigLIP)
+    hands its embedding size and temperature over to the settings, so `run.config` may change here."""
+    from kitm.metrics import EmbeddingCollapse
+    from kitm.models import DualEncoder
+    from kitm.training import finetune
+
+    config, t = run.config, run.config.training
+    with run.strategy.scope():
+        image_encoder, text_encoder, joint = encoders.build_towers(config, run.tokenizer)
+        if joint is not None:  # the preset's joint space and temperature (kitm.layers.hub_towers.JointPreset)
+            config = encoders.hand_over_logit_scale(config._with({"embedding_dim": joint.embedding_dim},
+                                                                 explicit=False), joint)
+            run.config = run.trainer.config = config
+        model = DualEncoder(image_encoder, text_encoder, config.model.embedding_dim, name="dual_encoder")
+        model.build_from_inputs(train.element_spec[0])
+        if joint is not None:
+            joint.initialize_projections(model)
+        encoders.apply_tower_training(config, model)
+        optimizer = encoders.make_optimizer(config, model, learning_rate_schedule(config, train.steps_per_epoch),
+                                            global_clipnorm=t.grad_clip_norm or None)
+        jit_compile = {"auto": "auto", "true": True, "false": False}[str(t.jit_compile).lower()]
+        # The collapse monitor's statistic (kitm.metrics.collapse), logged every epoch.
+        monitors = [EmbeddingCollapse()] if t.collapse_threshold else []
+        run.trainer.compile(model, optimizer=optimizer, strategy=run.strategy, monitors=monitors,
+                            jit_compile=jit_compile, steps_per_epoch=train.steps_per_epoch)
+        if t.finetune_after_epochs:
+            finetune.prepare_backbone_finetuning(model)
+        run.trainer.build_optimizer(model, optimizer)
+    return model
+
+
+def _callbacks(run: _RunParts, steps_per_epoch: int):
+    """(callbacks, the backup, the collapse monitor or None): backup, collapse, fine-tuning, validation, projector,
+    the trainer's own, TensorBoard and the weights checkpoint, in that order."""
+    import keras
+
+    from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
+    from kitm.callbacks.collapse_monitor import CollapseMonitor
+    from kitm.training import finetune
+    from kitm.training.fault_tolerance import backup_save_freq
+
+    t = run.config.training
+    # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
+    backup = run.trainer.backup(run.chief_dir, run.run_dir, steps_per_epoch=steps_per_epoch,
+                                save_freq=backup_save_freq(t.backup_every_steps))
+    callbacks = [keras.callbacks.TerminateOnNaN(), backup]
+    collapse = None
+    if t.collapse_threshold:
+        collapse = CollapseMonitor(t.collapse_threshold, stop=t.stop_on_collapse)
+        callbacks.append(collapse)
+    if t.finetune_after_epochs:
+        callbacks.append(finetune.BackboneFineTuning(t.finetune_after_epochs, verbose=int(t.progress)))
+    callbacks += _validation_callbacks(run)
+    # Before TensorBoard, which then writes what they put into the epoch logs.
+    callbacks += run.trainer.callbacks(run.run_dir)
+    callbacks += [
+        keras.callbacks.TensorBoard(str(run.run_dir / "logs"), update_freq="epoch"),
+        AtomicWeightsCheckpoint(run.run_dir / "checkpoints" / "last.weights.h5"),
+    ]
+    return callbacks, backup, collapse
+
+
+def _validation_callbacks(run: _RunParts) -> list:
+    """Retrieval figures on the validation split every few epochs, and the embedding projector."""
+    from kitm.callbacks.projector import ProjectorCallback
+    from kitm.callbacks.retrieval_evaluation import RetrievalEvaluation
+    from kitm.data.pipeline import evaluation_dataset
+    from kitm.eval.report import recall_cutoffs
+
+    config, info, evaluation = run.config, run.info, run.config.evaluation
+    eval_split = "val" if "val" in info.splits else None
+    # A run shorter than the evaluation interval still validates once, at its end.
+    eval_every = min(evaluation.eval_every_epochs, config.training.epochs)
+    if eval_every != evaluation.eval_every_epochs:
+        print(f"Validation every {eval_every} epoch(s): the run is shorter than --eval_every_epochs="
+              f"{evaluation.eval_every_epochs}.")
+    callbacks = []
+    if eval_every and eval_split:
+        val = evaluation_dataset(run.data_dir, eval_split, run.tokenizer, run.pipeline_config,
+                                 limit=evaluation.eval_images)
+        callbacks.append(RetrievalEvaluation(
+            val, captions_per_image=info.captions_per_image,
+            ks=recall_cutoffs(min(info.num_images(eval_split), evaluation.eval_images)), every_epochs=eval_every,
+            jsonl_path=str(run.run_dir / "evaluations.jsonl"), log_dir=str(run.run_dir / "logs" / "validation"),
+            **evaluation_relevance(config, run.data_dir, eval_split, info, evaluation.eval_images)))
+    if evaluation.projector_samples and eval_split:
+        subset = evaluation_dataset(run.data_dir, eval_split, run.tokenizer, run.pipeline_config,
+                                    limit=evaluation.projector_samples)
+        callbacks.append(ProjectorCallback(subset, run.run_dir / "logs", num_images=evaluation.projector_samples,
+                                           captions_per_image=info.captions_per_image, every_epochs=eval_every))
+    return callbacks
+
+
+def _test(run: _RunParts, model, history) -> tuple[str | None, dict | None]:
+    """(split, figures): the test split (else val) scored as `python -m kitm.eval` scores it, its per-query values
+    written beside summary.json; (None, None) without either split."""
+    from kitm.data.pipeline import evaluation_dataset
+    from kitm.eval import format_report
+    from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, recall_cutoffs,
+                                  rsum, write_per_query)
+    from kitm.models.inference import embed_dataset, similarity_matrix
+    from kitm.training.summaries import write_final_figures
+
+    config, info = run.config, run.info
+    test_split = "test" if "test" in info.splits else ("val" if "val" in info.splits else None)
+    if not test_split:
+        return None, None
+    print(f"Evaluating on the {test_split} split.")
+    test = evaluation_dataset(run.data_dir, test_split, run.tokenizer, run.pipeline_config)
+    images, texts, _ = embed_dataset(model, test, progress=config.training.progress,
+                                     total=info.num_images(test_split))
+    relevance = evaluation_relevance(config, run.data_dir, test_split, info, limit=None).get("relevance")
+    # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included). A relevance
+    # matrix here is the synthetic world's truth: mAP@R counts its fully relevant items as positives.
+    full_report, per_query = build_report_per_query(
+        similarity_matrix(images, texts), captions_per_image=info.captions_per_image, relevance=relevance,
+        ks=recall_cutoffs(info.num_images(test_split)), fold_images=config.evaluation.fold_images or None,
+        positive_threshold=None if relevance is None else TRUTH_POSITIVE_THRESHOLD)
+    test_figures = flat_figures(full_report)
+    print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
+    write_final_figures(run.run_dir / "logs", {**test_figures, "rsum": rsum(full_report["all"])},
+                        step=len(history.history.get("loss", [])))
+    # Beside summary.json, before it: the per-query values of the test figures (kitm.eval.report.write_per_query).
+    write_per_query(run.run_dir / SUMMARY_FILE, per_query)
+    return test_split, test_figures
+
+
+def per_query_file_name() -> str:
+    """The name of the per-query file beside summary.json."""
+    from kitm.eval.report import per_query_path
+
+    return per_query_path(SUMMARY_FILE).name
+
+
+def _export(run: _RunParts, model) -> str | None:
+    """A new SavedModel version under export/ (None with export off)."""
+    from kitm.serving import export_new_version
+
+    config, info = run.config, run.info
+    if not config.export.export:
+        return None
+    feature_dim = info.feature_dim if info.image_mode != "encoded" else None
+    export_path = export_new_version(model, run.tokenizer, run.run_dir / "export", image_mode=info.image_mode,
+                                     image_size=config.data.image_size,
+                                     eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
+    print(f"SavedModel: {export_path}")
+    return export_path
+
+
+def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
+    """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history."""
+    import keras
+
+    from kitm.training.distribution import is_chief, num_workers
+
+    info = run.info
+    return {
+        "dataset": {"dir": str(run.data_dir), "name": info.name,
+                    "splits": {s: e["num_images"] for s, e in info.splits.items()}},
+        "replicas": run.strategy.num_replicas_in_sync,
+        "steps_per_epoch": train.steps_per_epoch,
+        "epochs_run": len(history.history.get("loss", [])),
+        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "resumed_from_step": getattr(backup, "restored_step", 0),
+        "workers": {"count": num_workers(run.strategy), "chief": is_chief(run.strategy)},
+        "history": history.history,
+        "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
+    }
+
+
+def _machine() -> dict:
+    import keras
+    import tensorflow as tf
+
+    return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "tensorflow": tf.__version__, "keras": keras.__version__}}
+
+
+def _finish(run: _RunParts, summary: dict, collapse) -> None:
+    """Write summary.json (which marks the run finished), drop the backup, and say where things are."""
+    run_dir = run.run_dir
+    write_json_atomically(run_dir / SUMMARY_FILE, summary, sort_keys=True, strict=False)
+    shutil.rmtree(run_dir / "backup", ignore_errors=True)  # the run is complete
+    if collapse is not None and collapse.collapsed_epoch is not None:  # again at the end, where it is seen
+        print(f"kitm: WARNING: this run's embeddings collapsed in epoch {collapse.collapsed_epoch + 1} (see the "
+              f"warning above and summary.json 'collapse'); its figures are not a trained model's.", file=sys.stderr)
+    print(f"Run summary: {run_dir / SUMMARY_FILE}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")
