@@ -45,6 +45,13 @@ as open_clip does (`optimizer.exclude_from_weight_decay(var_names=["logit_"])`, 
 exp(t) at 100 is applied twice, as open_clip does it: in the forward pass (exp(min(t, log 100))) and on the variable
 after each step (a constraint), so that t never drifts above the clip where its gradient would be 0.
 
+Global negatives (`negatives="global"`, `kitm.losses.global_batch`; docs/scale.md). Under R replicas of b rows,
+replica r computes its image anchors' terms on the rows block `S_rows = x_r Y^T` [b, B] (softmax along each row,
+over every caption of the global batch) and its caption anchors' terms on the columns block `S_cols = X y_r^T`
+[B, b] (softmax down each column, over every image), with the positives and the graded targets taken from the
+global batch's image indices and relevance (`*_block_terms`). Row p of the rows block is row r b + p of the one-device
+matrix and column q of the columns block its column r b + q, so the terms are those of the global batch.
+
 Worked example (InfoNCE, hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t) = 2: z = [[1, 0], [0, 1]];
 every row and column has `-log softmax = log(1 + e^-1) = 0.31326`; row p's value is 1/2 * (0.31326 + 0.31326),
 so per row [0.31326, 0.31326] and L = 0.62652. With `image_index = [0, 0]` (two samples of one image) every entry
@@ -65,7 +72,8 @@ from kitm.ops.similarity import same_image_mask
 __all__ = [
     "CLIP_LOGIT_SCALE", "CLIP_MAX_LOGIT_SCALE", "SIGLIP_LOGIT_SCALE", "SIGLIP_BIAS",
     "info_nce_terms", "info_nce_loss", "graded_info_nce_targets", "graded_info_nce_terms", "graded_info_nce_loss",
-    "siglip_terms", "siglip_loss", "LogitScale", "InfoNCELoss", "GradedInfoNCELoss", "SigLIPLoss",
+    "siglip_terms", "siglip_loss", "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms",
+    "LogitScale", "InfoNCELoss", "GradedInfoNCELoss", "SigLIPLoss",
 ]
 
 CLIP_LOGIT_SCALE = 1.0 / 0.07  # exp(t) at initialisation (CLIP)
@@ -125,6 +133,14 @@ def positive_mask(similarity: tf.Tensor, image_index=None) -> tf.Tensor:
     return tf.logical_or(diagonal, same_image_mask(tf.convert_to_tensor(image_index)))
 
 
+def _block_cross_entropy(row_logits, row_targets, column_logits, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
+    """`_soft_cross_entropy` on the two blocks of a replica (module docstring, "Global negatives"): i2t along the
+    rows of the rows block [b, B], t2i down the columns of the columns block [B, b]; each [b]."""
+    i2t = -tf.reduce_sum(row_targets * tf.nn.log_softmax(row_logits, axis=1), axis=1)
+    t2i = -tf.reduce_sum(column_targets * tf.nn.log_softmax(column_logits, axis=0), axis=0)
+    return 0.5 * i2t, 0.5 * t2i
+
+
 def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
     """(1/2 -sum_q Y_i2t[p, q] log softmax_q(z[p, :])[q],  1/2 -sum_p Y_t2i[p, q] log softmax_p(z[:, q])[p]),
     each [B]: row targets sum to 1 along rows, column targets down columns."""
@@ -147,6 +163,49 @@ def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple[tf.Ten
     row_targets = positives / tf.reduce_sum(positives, axis=1, keepdims=True)
     column_targets = positives / tf.reduce_sum(positives, axis=0, keepdims=True)
     return _soft_cross_entropy(logits, row_targets, column_targets)
+
+
+def info_nce_block_terms(rows, columns, logit_scale, row_positives, column_positives) -> tuple[tf.Tensor, tf.Tensor]:
+    """InfoNCE's (i2t, t2i) of one replica's anchors, each [b], from its rows block [b, B] and columns block [B, b]
+    and their bool positive masks (module docstring, "Global negatives"; `GlobalBatch.similarity_blocks`,
+    `GlobalBatch.positive_blocks`). With one replica (rows = columns = s) this is `info_nce_terms`."""
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    row_positives = tf.cast(row_positives, rows.dtype)
+    column_positives = tf.cast(column_positives, rows.dtype)
+    return _block_cross_entropy(scale * rows, row_positives / tf.reduce_sum(row_positives, axis=1, keepdims=True),
+                                scale * columns,
+                                column_positives / tf.reduce_sum(column_positives, axis=0, keepdims=True))
+
+
+def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns, logit_scale, row_positives,
+                                column_positives, *, tau_relevance: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graded InfoNCE's (i2t, t2i) of one replica's anchors, each [b]: `Y_i2t` from the relevance rows [b, B]
+    (positives raised to the row maximum), `Y_t2i` from the relevance columns [B, b] (positives raised to the column
+    maximum), as `graded_info_nce_targets` does on the whole matrix (module docstring, "Global negatives")."""
+    tau_relevance = _positive_number("tau_relevance", tau_relevance)
+    relevance_rows = tf.stop_gradient(tf.cast(relevance_rows, rows.dtype))
+    relevance_columns = tf.stop_gradient(tf.cast(relevance_columns, rows.dtype))
+    row_raised = tf.where(row_positives, tf.reduce_max(relevance_rows, axis=1, keepdims=True)
+                          + tf.zeros_like(relevance_rows), relevance_rows)
+    column_raised = tf.where(column_positives, tf.reduce_max(relevance_columns, axis=0, keepdims=True)
+                             + tf.zeros_like(relevance_columns), relevance_columns)
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    return _block_cross_entropy(scale * rows, tf.nn.softmax(row_raised / tau_relevance, axis=1),
+                                scale * columns, tf.nn.softmax(column_raised / tau_relevance, axis=0))
+
+
+def siglip_block_terms(rows, columns, logit_scale, bias, row_positives, column_positives) -> tuple[tf.Tensor, tf.Tensor]:
+    """SigLIP's (half of row p's sum over the rows block [b, B], half of column q's sum over the columns block
+    [B, b]) of one replica's anchors, each [b] (module docstring, "Global negatives")."""
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    bias = _scalar(bias, rows.dtype, "bias")
+
+    def negative_log_sigmoid(similarity, positives):
+        signs = tf.where(positives, tf.ones_like(similarity), -tf.ones_like(similarity))
+        return tf.nn.softplus(-signs * (scale * similarity + bias))
+
+    return (0.5 * tf.reduce_sum(negative_log_sigmoid(rows, row_positives), axis=1),
+            0.5 * tf.reduce_sum(negative_log_sigmoid(columns, column_positives), axis=0))
 
 
 def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:
@@ -310,6 +369,7 @@ class _LearnableTemperature:
 
     term_names = ("i2t", "t2i")
     uses_model_optimizer = True  # DualEncoder trains `trainable_variables` with its own optimizer (module docstring)
+    supports_global_negatives = True  # the rows and columns blocks (module docstring, "Global negatives")
 
     def _init_temperature(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
                           learnable: bool, name: str, dtype) -> None:
@@ -356,21 +416,29 @@ class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
       logit_scale_init: exp(t) at the start (CLIP: 1/0.07; a pretrained CLIP's value to fine-tune from it).
       max_logit_scale: the clip of exp(t) (CLIP: 100); None for none.
       learnable: train t (with the model's optimizer); False keeps exp(t) fixed at logit_scale_init.
+      negatives: "local" (a replica's own rows) or "global" (every row of the global batch under several
+        replicas; module docstring, "Global negatives").
     Terms: "i2t" (image anchors) and "t2i" (caption anchors). Logged besides: "logit_scale" (exp(t)).
     Example: on the module docstring's s with exp(t) = 2, per row [0.31326, 0.31326].
     """
 
     def __init__(self, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, name: str = "infonce",
-                 reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 reduction: str = "sum", dtype=None, negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
 
     def compute_terms(self, y_true, y_pred):
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            self.similarity(y_pred)  # the checks of y_pred
+            rows, columns = batch.similarity_blocks(y_pred)
+            i2t, t2i = info_nce_block_terms(rows, columns, self._scale(rows.dtype), *batch.positive_blocks(image_index))
+            return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
-        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype),
-                                  image_index=self.optional(y_true, "image_index"))
+        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype), image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
 
@@ -387,15 +455,16 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
     Args:
       tau_relevance: tau_R > 0, the targets' temperature, on the relevance's own scale (e.g. 0.1 for relevance in
         [0, 1]; CIDEr-D spans about [0, 10]).
-      logit_scale_init, max_logit_scale, learnable: as `InfoNCELoss`.
+      logit_scale_init, max_logit_scale, learnable, negatives: as `InfoNCELoss` (with global negatives,
+        `y_true["relevance"]` holds the replica's rows of the global batch's relevance, [b, B]).
     Terms: "i2t", "t2i". Logged besides: "logit_scale".
     Example: `graded_info_nce_loss` (per row [0.58220, 0.58220] on its docstring's inputs).
     """
 
     def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
-                 name: str = "graded_infonce", reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 name: str = "graded_infonce", reduction: str = "sum", dtype=None, negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
         self.tau_relevance = _positive_number("tau_relevance", tau_relevance)
@@ -404,10 +473,20 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
         relevance = self.optional(y_true, "relevance")
         if relevance is None:
             raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], the batch relevance).")
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            self.similarity(y_pred)  # the checks of y_pred
+            rows, columns = batch.similarity_blocks(y_pred)
+            relevance_rows, relevance_columns = batch.relevance_blocks(relevance)
+            row_positives, column_positives = batch.positive_blocks(image_index)
+            i2t, t2i = graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns,
+                                                   self._scale(rows.dtype), row_positives, column_positives,
+                                                   tau_relevance=self.tau_relevance)
+            return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
         i2t, t2i = graded_info_nce_terms(similarity, relevance, self._scale(similarity.dtype),
-                                         tau_relevance=self.tau_relevance,
-                                         image_index=self.optional(y_true, "image_index"))
+                                         tau_relevance=self.tau_relevance, image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):
@@ -428,6 +507,7 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
       bias_init: b at the start (SigLIP: -10).
       max_logit_scale: a clip of exp(t') (SigLIP has none: None).
       learnable: train t' and b (with the model's optimizer).
+      negatives: as `InfoNCELoss`.
     Terms: "i2t" (half of image p's row) and "t2i" (half of caption p's column). Logged besides: "logit_scale"
     (exp(t')) and "bias".
     Example: `siglip_loss` (per row [0.69986, 0.69986] on its docstring's inputs).
@@ -435,9 +515,9 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
 
     def __init__(self, logit_scale_init: float = SIGLIP_LOGIT_SCALE, bias_init: float = SIGLIP_BIAS,
                  max_logit_scale: float | None = None, learnable: bool = True, name: str = "siglip",
-                 reduction: str = "sum", dtype=None):
+                 reduction: str = "sum", dtype=None, negatives: str = "local"):
         self.bias_init = _finite_number("bias_init", bias_init)
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale,
                                bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
 
@@ -450,7 +530,13 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
         scale = self._scale(similarity.dtype)
         bias = tf.cast(self.bias, similarity.dtype)
         self.monitored["bias"] = tf.cast(tf.stop_gradient(bias), tf.float32)
-        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=self.optional(y_true, "image_index"))
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            rows, columns = batch.similarity_blocks(y_pred)
+            i2t, t2i = siglip_block_terms(rows, columns, scale, bias, *batch.positive_blocks(image_index))
+            return {"i2t": i2t, "t2i": t2i}
+        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):
