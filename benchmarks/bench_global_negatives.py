@@ -18,7 +18,7 @@ small conv/mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, loc
 the gradient-cached step; `--memory` instead runs one process per setting on one device (`--batch`, chunks from
 `--chunks`) and reports the step time and the process's peak resident memory (ru_maxrss).
 
-    python benchmarks/bench_global_negatives.py --check
+    python benchmarks/bench_global_negatives.py --check [--losses infonce,siglip,graded_infonce,triplet,sam]
     python benchmarks/bench_global_negatives.py [--batch 256] [--repeats 5]
     python benchmarks/bench_global_negatives.py --memory [--batch 1024] [--chunks 0,128]
 """
@@ -132,7 +132,7 @@ def _gradients(strategy, name: str, negatives: str, chunk: int, weights, data):
     return float(total), [g.numpy() for g in gradients]
 
 
-def check() -> float:
+def check(names=LOSSES) -> float:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -147,7 +147,7 @@ def check() -> float:
     data = _check_batch()
     worst = 0.0
     print(f"{'loss':<16}{'setting':<34}{'|loss diff|':>14}{'max |grad diff|':>18}")
-    for name in LOSSES:
+    for name in names:
         reference_loss, reference = _gradients(one, name, "local", 0, weights, data)
         for label, strategy, negatives, chunk in (("global, 2 replicas", two, "global", 0),
                                                   ("cached (chunk 4), one device", one, "local", 4),
@@ -266,6 +266,7 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=64, help="grad_cache_chunk of the timed cached step")
     parser.add_argument("--chunks", default="0,128", help="--memory: the settings (0: no gradient caching)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--losses", default=",".join(LOSSES), help="--check: the losses checked")
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if args.memory_child:
@@ -276,7 +277,7 @@ def main() -> int:
         return 0
     _devices(2)
     if args.check:
-        worst = check()
+        worst = check([name for name in args.losses.split(",") if name])
         print(f"largest difference {worst:.3e} (tolerance {TOLERANCE:g})")
         return 0 if worst <= TOLERANCE else 1
     timings(args.batch or 256, args.image_size, args.repeats, args.chunk)
