@@ -102,14 +102,14 @@ def _gradients(strategy, name: str, negatives: str, chunk: int, weights, data):
         model.set_weights(weights)
         model.compile(keras.optimizers.SGD(1.0), losses={name: _loss(name, negatives)}, grad_cache_chunk=chunk)
 
-    def split(value):
+    def split(key, value):
         rows = value.shape[0] // replicas
-        if value.ndim == 2 and value.shape[1] == value.shape[0]:  # relevance: the replica's rows [b, B]
-            return lambda r: value[r * rows:(r + 1) * rows]
-        return lambda r: value[r * rows:(r + 1) * rows]
+        if key == "relevance" and negatives == "local":  # the replica's own block [b, b]
+            return lambda r: value[r * rows:(r + 1) * rows, r * rows:(r + 1) * rows]
+        return lambda r: value[r * rows:(r + 1) * rows]  # relevance under global negatives: its rows [b, B]
 
     def per_replica(structure):
-        pieces = {key: split(np.asarray(value)) for key, value in structure.items()}
+        pieces = {key: split(key, np.asarray(value)) for key, value in structure.items()}
         return strategy.experimental_distribute_values_from_function(
             lambda context: {key: tf.constant(piece(context.replica_id_in_sync_group))
                              for key, piece in pieces.items()})
