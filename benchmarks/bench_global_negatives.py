@@ -16,7 +16,8 @@ the largest difference; the exit status is 1 above 1e-5.
 Without `--check`: time one training step (`model.train_on_batch`, the tf.function Keras compiles for `fit`) of a
 small conv/mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, local against global negatives, and
 the gradient-cached step; `--memory` instead runs one process per setting on one device (`--batch`, chunks from
-`--chunks`) and reports the step time and the process's peak resident memory (ru_maxrss).
+`--chunks`) and reports the step time and the resident memory before the timed steps and at their peak (the
+high-water mark reset after tracing, so graph building does not count; malloc made to hand large blocks back).
 
     python benchmarks/bench_global_negatives.py --check [--losses infonce,siglip,graded_infonce,triplet,sam]
     python benchmarks/bench_global_negatives.py [--batch 256] [--repeats 5]
@@ -182,7 +183,8 @@ def _timing_model(image_size: int):
     return model
 
 
-def _time_step(strategy, batch: int, image_size: int, negatives: str, chunk: int, repeats: int) -> list[float]:
+def _time_step(strategy, batch: int, image_size: int, negatives: str, chunk: int, repeats: int,
+               after_warm_up=None) -> list[float]:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -200,12 +202,24 @@ def _time_step(strategy, batch: int, image_size: int, negatives: str, chunk: int
     dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
     if strategy.num_replicas_in_sync > 1:
         dataset = strategy.experimental_distribute_dataset(dataset.unbatch().batch(batch, drop_remainder=True))
+    with strategy.scope():
+        model.optimizer.build(model.optimizer_variables())
+    model.make_train_function()
+    train = model.train_function  # the tf.function `fit` runs, one step per call
     iterator = iter(dataset)
-    model.fit(iterator, steps_per_epoch=2, epochs=1, verbose=0)  # trace and warm up
+
+    def step():
+        logs = train(iterator)
+        tf.nest.map_structure(lambda value: np.asarray(value), logs)  # wait for the step
+
+    for _ in range(2):  # trace and warm up
+        step()
+    if after_warm_up is not None:
+        after_warm_up()
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        model.fit(iterator, steps_per_epoch=1, epochs=1, verbose=0)
+        step()
         times.append(time.perf_counter() - started)
     return times
 
@@ -234,25 +248,53 @@ def timings(batch: int, image_size: int, repeats: int, chunk: int) -> None:
     print(_machine())
 
 
+def _status(field: str) -> float:
+    """A /proc/self/status memory field (VmRSS, VmHWM) in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
 def memory_child(batch: int, image_size: int, chunk: int, repeats: int) -> None:
     import statistics
 
     import tensorflow as tf
 
-    times = _time_step(tf.distribute.get_strategy(), batch, image_size, "local", chunk, repeats)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(json.dumps({"chunk": chunk, "median_s": statistics.median(times), "peak_mib": peak}))
+    marks = {}
+
+    def after_warm_up():
+        # The steps' own peaks, once the step is traced and warmed up: TensorFlow's allocator statistics (every
+        # tensor: weights, optimizer slots, inputs, activations) and the resident set's high-water mark (Linux
+        # clear_refs 5), so that graph building and tracing do not count.
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        marks["tensors_before"] = tf.config.experimental.get_memory_info("CPU:0")["current"] / 2 ** 20
+        marks["rss_before"] = _status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+
+    times = _time_step(tf.distribute.get_strategy(), batch, image_size, "local", chunk, repeats, after_warm_up)
+    print(json.dumps({"chunk": chunk, "median_s": statistics.median(times), "rss_before_mib": marks["rss_before"],
+                      "step_peak_mib": _status("VmHWM"), "tensors_before_mib": marks["tensors_before"],
+                      "tensor_peak_mib": tf.config.experimental.get_memory_info("CPU:0")["peak"] / 2 ** 20,
+                      "process_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 def memory(batch: int, image_size: int, chunks: list[int], repeats: int) -> None:
-    print(f"InfoNCE step, one device, batch {batch}, {image_size} px; one process per setting, median of {repeats} steps")
+    print(f"InfoNCE step, one device, batch {batch}, {image_size} px; one process per setting, median of {repeats} "
+          "steps. MiB: TensorFlow's tensors held between steps and at the steps' peak (allocator statistics), the "
+          "resident set's peak during the steps and over the whole process (tracing included)")
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
     for chunk in chunks:
         result = subprocess.run([sys.executable, __file__, "--memory_child", "--batch", str(batch), "--image_size",
                                  str(image_size), "--chunk", str(chunk), "--repeats", str(repeats)],
-                                capture_output=True, text=True, check=True)
+                                capture_output=True, text=True, check=True, env=env)
         figures = json.loads(result.stdout.strip().splitlines()[-1])
         label = f"grad_cache_chunk={chunk}" if chunk else "no gradient caching"
-        print(f"  {label:<26} step {figures['median_s'] * 1000:9.1f} ms   peak RSS {figures['peak_mib']:8.0f} MiB")
+        print(f"  {label:<24} step {figures['median_s'] * 1000:7.1f} ms   tensors {figures['tensors_before_mib']:5.0f}"
+              f" -> peak {figures['tensor_peak_mib']:6.0f}   RSS peak in steps {figures['step_peak_mib']:6.0f}"
+              f"   process RSS peak {figures['process_peak_mib']:6.0f}")
     print(_machine())
 
 
