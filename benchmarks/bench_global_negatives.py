@@ -13,9 +13,9 @@ the differences measure the computation rather than float32 round-off. The batch
 relevance matrix, so cross-replica positives, graded targets and SAM's margins are all exercised. The last line is
 the largest difference; the exit status is 1 above 1e-5.
 
-Without `--check`: time one training step (`model.train_on_batch`, the tf.function Keras compiles for `fit`) of a
-small conv/mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, local against global negatives, and
-the gradient-cached step; `--memory` instead runs one process per setting on one device (`--batch`, chunks from
+Without `--check`: time one training step (the tf.function Keras compiles for `fit`) of a small conv /
+mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, local against global negatives, and the
+gradient-cached step with global negatives, interleaved round by round (the order alternating); `--memory` instead runs one process per setting on one device (`--batch`, chunks from
 `--chunks`) and reports the step time and the resident memory before the timed steps and at their peak (the
 high-water mark reset after tracing, so graph building does not count; malloc made to hand large blocks back).
 
@@ -140,6 +140,7 @@ def check(names=LOSSES) -> float:
 
     # float64 throughout, so that the differences measure the computation, not float32 round-off.
     keras.config.set_floatx("float64")
+    keras.utils.set_random_seed(0)  # the same weights every run
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     two = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:2])
@@ -183,8 +184,8 @@ def _timing_model(image_size: int):
     return model
 
 
-def _time_step(strategy, batch: int, image_size: int, negatives: str, chunk: int, repeats: int,
-               after_warm_up=None) -> list[float]:
+def _prepared_step(strategy, batch: int, image_size: int, negatives: str, chunk: int):
+    """A function that runs one training step (the tf.function `fit` runs) and waits for it; traced and warmed up."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -214,14 +215,13 @@ def _time_step(strategy, batch: int, image_size: int, negatives: str, chunk: int
 
     for _ in range(2):  # trace and warm up
         step()
-    if after_warm_up is not None:
-        after_warm_up()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return times
+    return step
+
+
+def _time(step) -> float:
+    started = time.perf_counter()
+    step()
+    return time.perf_counter() - started
 
 
 def _machine() -> str:
@@ -237,14 +237,19 @@ def timings(batch: int, image_size: int, repeats: int, chunk: int) -> None:
 
     two = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:2])
     print(f"InfoNCE step, 2 logical CPU devices, global batch {batch} ({batch // 2} per replica), {image_size} px; "
-          f"median of {repeats} steps")
-    rows = []
-    for label, negatives, use_chunk in (("local negatives", "local", 0), ("global negatives", "global", 0),
-                                        (f"global + grad_cache_chunk={chunk}", "global", chunk)):
-        times = _time_step(two, batch, image_size, negatives, use_chunk, repeats)
-        rows.append((label, statistics.median(times)))
-        print(f"  {label:<34} {statistics.median(times) * 1000:9.1f} ms  (min {min(times) * 1000:.1f})")
-    print(f"global/local {rows[1][1] / rows[0][1]:.3f}; cached/global {rows[2][1] / rows[1][1]:.3f}")
+          f"the three steps interleaved, median of {repeats} rounds")
+    settings = (("local negatives", "local", 0), ("global negatives", "global", 0),
+                (f"global + grad_cache_chunk={chunk}", "global", chunk))
+    steps = [_prepared_step(two, batch, image_size, negatives, use_chunk) for _, negatives, use_chunk in settings]
+    times = [[] for _ in settings]
+    for round_ in range(repeats):
+        order = range(len(steps)) if round_ % 2 == 0 else reversed(range(len(steps)))
+        for index in order:
+            times[index].append(_time(steps[index]))
+    medians = [statistics.median(t) for t in times]
+    for (label, _, _), median, t in zip(settings, medians, times):
+        print(f"  {label:<34} {median * 1000:9.1f} ms  (min {min(t) * 1000:.1f})")
+    print(f"global/local {medians[1] / medians[0]:.3f}; cached/global {medians[2] / medians[1]:.3f}")
     print(_machine())
 
 
@@ -274,7 +279,9 @@ def memory_child(batch: int, image_size: int, chunk: int, repeats: int) -> None:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
 
-    times = _time_step(tf.distribute.get_strategy(), batch, image_size, "local", chunk, repeats, after_warm_up)
+    step = _prepared_step(tf.distribute.get_strategy(), batch, image_size, "local", chunk)
+    after_warm_up()
+    times = [_time(step) for _ in range(repeats)]
     print(json.dumps({"chunk": chunk, "median_s": statistics.median(times), "rss_before_mib": marks["rss_before"],
                       "step_peak_mib": _status("VmHWM"), "tensors_before_mib": marks["tensors_before"],
                       "tensor_peak_mib": tf.config.experimental.get_memory_info("CPU:0")["peak"] / 2 ** 20,
@@ -295,6 +302,20 @@ def memory(batch: int, image_size: int, chunks: list[int], repeats: int) -> None
         print(f"  {label:<24} step {figures['median_s'] * 1000:7.1f} ms   tensors {figures['tensors_before_mib']:5.0f}"
               f" -> peak {figures['tensor_peak_mib']:6.0f}   RSS peak in steps {figures['step_peak_mib']:6.0f}"
               f"   process RSS peak {figures['process_peak_mib']:6.0f}")
+    # The times above come from separate processes; interleaved in one process they compare under the same load.
+    import statistics
+
+    import tensorflow as tf
+
+    steps = [_prepared_step(tf.distribute.get_strategy(), batch, image_size, "local", chunk) for chunk in chunks]
+    times = [[] for _ in chunks]
+    for round_ in range(repeats):
+        for index in (range(len(steps)) if round_ % 2 == 0 else reversed(range(len(steps)))):
+            times[index].append(_time(steps[index]))
+    medians = [statistics.median(t) for t in times]
+    print(f"Interleaved in one process, median of {repeats} rounds: " + ", ".join(
+        f"{'chunk ' + str(chunk) if chunk else 'plain'} {median * 1000:.1f} ms" for chunk, median in zip(chunks, medians))
+        + (f"; cached/plain {', '.join(f'{m / medians[0]:.2f}' for m in medians[1:])}" if chunks[0] == 0 else ""))
     print(_machine())
 
 
