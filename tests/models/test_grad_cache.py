@@ -106,3 +106,32 @@ def test_gradient_caching_refuses_what_it_cannot_honour():
     x, y = _data()
     with pytest.raises(ValueError, match="grad_cache_chunk=5 must divide the per-replica batch of 12 rows"):
         model.compute_gradients(x, y)
+
+
+def test_gradient_caching_under_float16_loss_scaling_takes_the_scaled_gradients():
+    # The chain runs on the scaled loss (the LossScaleOptimizer unscales the sum): the cached step's gradients are
+    # the plain step's up to float16 resolution.
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        weights = _model().get_weights()
+        results = []
+        for chunk in (0, 4):
+            model = _model()
+            model.set_weights(weights)
+            model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=4.0),
+                          losses={"infonce": losses.InfoNCELoss()}, grad_cache_chunk=chunk)
+
+            @tf.function
+            def step(x, y):
+                _, (gradients,), total, _ = model.compute_gradients(x, y)
+                return total, gradients
+
+            total, gradients = step(*_data())
+            results.append((float(total), [tf.convert_to_tensor(g).numpy() for g in gradients]))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    (plain_loss, plain), (cached_loss, cached) = results
+    assert cached_loss == pytest.approx(plain_loss, rel=1e-6)
+    for a, b in zip(cached, plain):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * max(1.0, np.abs(b).max()))
