@@ -140,6 +140,7 @@ def check(names=LOSSES) -> float:
 
     # float64 throughout, so that the differences measure the computation, not float32 round-off.
     keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")  # every layer, the losses' temperature variables included
     keras.utils.set_random_seed(0)  # the same weights every run
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")

@@ -56,13 +56,14 @@ def _step(chunk, loss, weights, dtype="float32", **layers):
                          ids=["graded_infonce", "siglip"])
 @pytest.mark.parametrize("chunk", [3, 4])
 def test_the_cached_step_has_the_plain_steps_loss_and_gradients(make, chunk):
-    keras.config.set_floatx("float64")
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float64")  # the projections and the losses' variables too
     try:
         weights = _model("float64").get_weights()
         plain_loss, plain, _ = _step(0, make(), weights, "float64")
         cached_loss, cached, _ = _step(chunk, make(), weights, "float64")
     finally:
-        keras.config.set_floatx("float32")
+        keras.config.set_dtype_policy(policy)
     assert cached_loss == pytest.approx(plain_loss, abs=1e-12)
     assert len(cached) == len(plain) and any(np.abs(g).max() > 0 for g in plain)
     for a, b in zip(cached, plain):
@@ -111,6 +112,7 @@ def test_gradient_caching_refuses_what_it_cannot_honour():
 def test_gradient_caching_under_float16_loss_scaling_takes_the_scaled_gradients():
     # The chain runs on the scaled loss (the LossScaleOptimizer unscales the sum): the cached step's gradients are
     # the plain step's up to float16 resolution.
+    policy = keras.config.dtype_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         weights = _model().get_weights()
@@ -129,7 +131,7 @@ def test_gradient_caching_under_float16_loss_scaling_takes_the_scaled_gradients(
             total, gradients = step(*_data())
             results.append((float(total), [tf.convert_to_tensor(g).numpy() for g in gradients]))
     finally:
-        keras.mixed_precision.set_global_policy("float32")
+        keras.mixed_precision.set_global_policy(policy)
     (plain_loss, plain), (cached_loss, cached) = results
     assert cached_loss == pytest.approx(plain_loss, rel=1e-6)
     for a, b in zip(cached, plain):
