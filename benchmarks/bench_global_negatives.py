@@ -8,16 +8,19 @@ which gather the whole similarity matrix), the training step's loss and gradient
     both     2 replicas, negatives="global", grad_cache_chunk=4  against one device with the whole batch
 
 must agree to 1e-5 (the gradients summed over the replicas, as the optimizer sums them; the loss summed over the
-replicas' shares). The check runs in float64 (`keras.config.set_floatx`), so that
-the differences measure the computation rather than float32 round-off. The batch repeats images across replicas (8 images, 2 captions each) and carries a graded
-relevance matrix, so cross-replica positives, graded targets and SAM's margins are all exercised. The last line is
-the largest difference; the exit status is 1 above 1e-5.
+replicas' shares). The check runs in float64 (`keras.config.set_dtype_policy`), so that the differences measure the
+computation rather than float32 round-off. The batch repeats images across replicas (8 images, 2 captions each) and
+carries a graded relevance matrix, so cross-replica positives, graded targets and SAM's margins are all exercised.
+The rows "(local, 2 replicas: not counted)" show what the check sees without the gathers. The last line is the
+largest difference; the exit status is 1 above 1e-5.
 
 Without `--check`: time one training step (the tf.function Keras compiles for `fit`) of a small conv /
 mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, local against global negatives, and the
-gradient-cached step with global negatives, interleaved round by round (the order alternating); `--memory` instead runs one process per setting on one device (`--batch`, chunks from
-`--chunks`) and reports the step time and the resident memory before the timed steps and at their peak (the
-high-water mark reset after tracing, so graph building does not count; malloc made to hand large blocks back).
+gradient-cached step with global negatives, interleaved round by round (the order alternating). `--memory` instead
+runs one process per setting on one device (`--batch`, the settings in `--chunks`) and reports the step time and
+memory: TensorFlow's allocator statistics (tensors held between steps, and their peak during the timed steps) and
+the resident set's peak during the steps (reset after tracing, Linux clear_refs) and over the whole process; then
+the same steps interleaved in one process, whose times compare under the same load.
 
     python benchmarks/bench_global_negatives.py --check [--losses infonce,siglip,graded_infonce,triplet,sam]
     python benchmarks/bench_global_negatives.py [--batch 256] [--repeats 5]
@@ -74,7 +77,8 @@ def _check_model():
     image = keras.Sequential([keras.layers.Dense(10, activation="tanh")])
     text = keras.Sequential([keras.layers.Embedding(20, 10), keras.layers.GlobalAveragePooling1D()])
     model = DualEncoder(image, text, embedding_dim=6)
-    model.build_from_inputs({"image": tf.TensorSpec([None, 12], keras.config.floatx()), "tokens": tf.TensorSpec([None, 5], tf.int32)})
+    model.build_from_inputs({"image": tf.TensorSpec([None, 12], keras.config.floatx()),
+                             "tokens": tf.TensorSpec([None, 5], tf.int32)})
     return model
 
 
@@ -314,9 +318,11 @@ def memory(batch: int, image_size: int, chunks: list[int], repeats: int) -> None
         for index in (range(len(steps)) if round_ % 2 == 0 else reversed(range(len(steps)))):
             times[index].append(_time(steps[index]))
     medians = [statistics.median(t) for t in times]
-    print(f"Interleaved in one process, median of {repeats} rounds: " + ", ".join(
-        f"{'chunk ' + str(chunk) if chunk else 'plain'} {median * 1000:.1f} ms" for chunk, median in zip(chunks, medians))
-        + (f"; cached/plain {', '.join(f'{m / medians[0]:.2f}' for m in medians[1:])}" if chunks[0] == 0 else ""))
+    shown = ", ".join(f"{'chunk ' + str(chunk) if chunk else 'plain'} {median * 1000:.1f} ms"
+                      for chunk, median in zip(chunks, medians))
+    if chunks[0] == 0:
+        shown += f"; cached/plain {', '.join(f'{m / medians[0]:.2f}' for m in medians[1:])}"
+    print(f"Interleaved in one process, median of {repeats} rounds: {shown}")
     print(_machine())
 
 

@@ -124,7 +124,8 @@ def _siglip(config, warmup):
 
 OBJECTIVES: dict[str, Objective] = {
     "triplet": Objective(_triplet, "triplet", global_negatives=True),  # VSE++
-    "sam": Objective(_sam, "sam", needs_relevance=True, global_negatives=True),  # triplet + sam_weight x the semantic adaptive margin
+    # triplet + sam_weight x the semantic adaptive margin
+    "sam": Objective(_sam, "sam", needs_relevance=True, global_negatives=True),
     "ladder": Objective(_ladder, "ladder", needs_relevance=True),  # fixed thresholds
     "ladder_adaptive": Objective(_ladder_adaptive, "ladder", needs_relevance=True),  # k-means levels per query
     "angular": Objective(_angular, "angular"),  # N-pair angular, symmetric
@@ -225,9 +226,9 @@ def check_grad_cache(config: ExperimentConfig, replicas: int) -> None:
     if chunk < 0:
         raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: must be >= 0 (0: no gradient caching).")
     if "centers" in config.objective.loss:
-        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: {option('loss')}=centers trains state of its own "
-                              "(the semantic centres and their optimizer) from each batch, which gradient caching cannot "
-                              f"replay between its two passes; use {option('grad_cache_chunk')}=0 with it.")
+        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: {option('loss')}=centers trains state of its "
+                              "own (the semantic centres and their optimizer) from each batch, which gradient caching "
+                              f"cannot replay between its two passes; use {option('grad_cache_chunk')}=0 with it.")
     per_replica = batch // replicas if batch % replicas == 0 else None
     if per_replica is None or per_replica % chunk:
         raise KitmConfigError(

@@ -194,7 +194,8 @@ def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns
                                 scale * columns, tf.nn.softmax(column_raised / tau_relevance, axis=0))
 
 
-def siglip_block_terms(rows, columns, logit_scale, bias, row_positives, column_positives) -> tuple[tf.Tensor, tf.Tensor]:
+def siglip_block_terms(rows, columns, logit_scale, bias, row_positives,
+                       column_positives) -> tuple[tf.Tensor, tf.Tensor]:
     """SigLIP's (half of row p's sum over the rows block [b, B], half of column q's sum over the columns block
     [B, b]) of one replica's anchors, each [b] (module docstring, "Global negatives")."""
     scale = _scalar(logit_scale, rows.dtype, "logit_scale")

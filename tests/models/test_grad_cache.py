@@ -19,7 +19,8 @@ def _model(dtype="float32", dropout=0.0, batch_norm=False):
     if dropout:
         image_layers.append(keras.layers.Dropout(dropout, seed=3, dtype=dtype))
     image = keras.Sequential(image_layers)
-    text = keras.Sequential([keras.layers.Embedding(20, 10, dtype=dtype), keras.layers.GlobalAveragePooling1D(dtype=dtype)])
+    text = keras.Sequential([keras.layers.Embedding(20, 10, dtype=dtype),
+                             keras.layers.GlobalAveragePooling1D(dtype=dtype)])
     model = DualEncoder(image, text, embedding_dim=6, dtype=dtype)
     model.build_from_inputs({"image": tf.TensorSpec([None, 12], dtype), "tokens": tf.TensorSpec([None, 5], tf.int32)})
     return model
