@@ -59,7 +59,7 @@ def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_
     assert (run_dir / "export" / "1" / "saved_model.pb").is_file()
     # One checkpoint, one export, one summary: the chief's; the other worker's scratch directory is gone.
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "export", "logs", "summary.json",
-                                                        "vocabulary.txt"]
+                                                        "summary.per_query.npz", "vocabulary.txt"]
     assert list((run_dir / "checkpoints").iterdir()) == [run_dir / "checkpoints" / "last.weights.h5"]
     assert list(scratch.iterdir()) == []
     # The non-chief wrote its summary into its scratch directory (removed since).
