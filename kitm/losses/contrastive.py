@@ -49,8 +49,9 @@ Global negatives (`negatives="global"`, `kitm.losses.global_batch`; docs/scale.m
 replica r computes its image anchors' terms on the rows block `S_rows = x_r Y^T` [b, B] (softmax along each row,
 over every caption of the global batch) and its caption anchors' terms on the columns block `S_cols = X y_r^T`
 [B, b] (softmax down each column, over every image), with the positives and the graded targets taken from the
-global batch's image indices and relevance (`*_block_terms`). Row p of the rows block is row r b + p of the one-device
-matrix and column q of the columns block its column r b + q, so the terms are those of the global batch.
+global batch's image indices and relevance (`kitm.losses.global_batch`'s `*_block_terms`). Row p of the rows block
+is row r b + p of the one-device matrix and column q of the columns block its column r b + q, so the terms are those
+of the global batch.
 
 Worked example (InfoNCE, hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t) = 2: z = [[1, 0], [0, 1]];
 every row and column has `-log softmax = log(1 + e^-1) = 0.31326`; row p's value is 1/2 * (0.31326 + 0.31326),
@@ -67,6 +68,7 @@ import keras
 import tensorflow as tf
 
 from kitm.losses.base import RetrievalLoss
+from kitm.losses.global_batch import graded_info_nce_block_terms, info_nce_block_terms, siglip_block_terms
 from kitm.ops.similarity import same_image_mask
 
 __all__ = [
@@ -133,14 +135,6 @@ def positive_mask(similarity: tf.Tensor, image_index=None) -> tf.Tensor:
     return tf.logical_or(diagonal, same_image_mask(tf.convert_to_tensor(image_index)))
 
 
-def _block_cross_entropy(row_logits, row_targets, column_logits, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
-    """`_soft_cross_entropy` on the two blocks of a replica (module docstring, "Global negatives"): i2t along the
-    rows of the rows block [b, B], t2i down the columns of the columns block [B, b]; each [b]."""
-    i2t = -tf.reduce_sum(row_targets * tf.nn.log_softmax(row_logits, axis=1), axis=1)
-    t2i = -tf.reduce_sum(column_targets * tf.nn.log_softmax(column_logits, axis=0), axis=0)
-    return 0.5 * i2t, 0.5 * t2i
-
-
 def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
     """(1/2 -sum_q Y_i2t[p, q] log softmax_q(z[p, :])[q],  1/2 -sum_p Y_t2i[p, q] log softmax_p(z[:, q])[p]),
     each [B]: row targets sum to 1 along rows, column targets down columns."""
@@ -163,50 +157,6 @@ def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple[tf.Ten
     row_targets = positives / tf.reduce_sum(positives, axis=1, keepdims=True)
     column_targets = positives / tf.reduce_sum(positives, axis=0, keepdims=True)
     return _soft_cross_entropy(logits, row_targets, column_targets)
-
-
-def info_nce_block_terms(rows, columns, logit_scale, row_positives, column_positives) -> tuple[tf.Tensor, tf.Tensor]:
-    """InfoNCE's (i2t, t2i) of one replica's anchors, each [b], from its rows block [b, B] and columns block [B, b]
-    and their bool positive masks (module docstring, "Global negatives"; `GlobalBatch.similarity_blocks`,
-    `GlobalBatch.positive_blocks`). With one replica (rows = columns = s) this is `info_nce_terms`."""
-    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
-    row_positives = tf.cast(row_positives, rows.dtype)
-    column_positives = tf.cast(column_positives, rows.dtype)
-    return _block_cross_entropy(scale * rows, row_positives / tf.reduce_sum(row_positives, axis=1, keepdims=True),
-                                scale * columns,
-                                column_positives / tf.reduce_sum(column_positives, axis=0, keepdims=True))
-
-
-def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns, logit_scale, row_positives,
-                                column_positives, *, tau_relevance: float) -> tuple[tf.Tensor, tf.Tensor]:
-    """Graded InfoNCE's (i2t, t2i) of one replica's anchors, each [b]: `Y_i2t` from the relevance rows [b, B]
-    (positives raised to the row maximum), `Y_t2i` from the relevance columns [B, b] (positives raised to the column
-    maximum), as `graded_info_nce_targets` does on the whole matrix (module docstring, "Global negatives")."""
-    tau_relevance = _positive_number("tau_relevance", tau_relevance)
-    relevance_rows = tf.stop_gradient(tf.cast(relevance_rows, rows.dtype))
-    relevance_columns = tf.stop_gradient(tf.cast(relevance_columns, rows.dtype))
-    row_raised = tf.where(row_positives, tf.reduce_max(relevance_rows, axis=1, keepdims=True)
-                          + tf.zeros_like(relevance_rows), relevance_rows)
-    column_raised = tf.where(column_positives, tf.reduce_max(relevance_columns, axis=0, keepdims=True)
-                             + tf.zeros_like(relevance_columns), relevance_columns)
-    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
-    return _block_cross_entropy(scale * rows, tf.nn.softmax(row_raised / tau_relevance, axis=1),
-                                scale * columns, tf.nn.softmax(column_raised / tau_relevance, axis=0))
-
-
-def siglip_block_terms(rows, columns, logit_scale, bias, row_positives,
-                       column_positives) -> tuple[tf.Tensor, tf.Tensor]:
-    """SigLIP's (half of row p's sum over the rows block [b, B], half of column q's sum over the columns block
-    [B, b]) of one replica's anchors, each [b] (module docstring, "Global negatives")."""
-    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
-    bias = _scalar(bias, rows.dtype, "bias")
-
-    def negative_log_sigmoid(similarity, positives):
-        signs = tf.where(positives, tf.ones_like(similarity), -tf.ones_like(similarity))
-        return tf.nn.softplus(-signs * (scale * similarity + bias))
-
-    return (0.5 * tf.reduce_sum(negative_log_sigmoid(rows, row_positives), axis=1),
-            0.5 * tf.reduce_sum(negative_log_sigmoid(columns, column_positives), axis=0))
 
 
 def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:

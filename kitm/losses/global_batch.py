@@ -10,10 +10,11 @@ its own), and computes the terms of its own anchors against the whole batch:
     image anchors p of replica r:    the rows block     S_rows = x_r Y^T   [b, B]
     caption anchors q of replica r:  the columns block  S_cols = X y_r^T   [B, b]
 
-(the contrastive losses, `kitm.losses.contrastive`), or, for the losses that read the whole similarity matrix
-(the triplet and SAM), the full S = X Y^T [B, B] and keeps its own rows' terms. Either way the replicas' per-row
-values, put together, are the values of the global batch on one device, and so are the gradients (summed over
-replicas by the optimizer): docs/scale.md, "Global negatives".
+(the contrastive losses, `kitm.losses.contrastive`, with the block forms of their terms below:
+`info_nce_block_terms`, `graded_info_nce_block_terms`, `siglip_block_terms`), or, for the losses that read the
+whole similarity matrix (the triplet and SAM), the full S = X Y^T [B, B] and keeps its own rows' terms. Either way
+the replicas' per-row values, put together, are the values of the global batch on one device, and so are the
+gradients (summed over replicas by the optimizer): docs/scale.md, "Global negatives".
 
 The batch's labels travel with it. `y_true["image_index"]` ([b] per replica) is gathered too, so that two samples
 of one image on different replicas are positives of each other. `y_true["relevance"]` must hold the replica's rows
@@ -35,7 +36,8 @@ import tensorflow as tf
 
 NEGATIVES = ("local", "global")
 
-__all__ = ["NEGATIVES", "check_negatives", "GlobalBatch", "global_batch", "replica_share"]
+__all__ = ["NEGATIVES", "check_negatives", "GlobalBatch", "global_batch", "replica_share", "info_nce_block_terms",
+           "graded_info_nce_block_terms", "siglip_block_terms"]
 
 
 def check_negatives(negatives) -> str:
@@ -147,3 +149,68 @@ def global_batch(y_pred: Mapping[str, tf.Tensor]) -> GlobalBatch | None:
         return None
     image = tf.convert_to_tensor(y_pred["image"])
     return GlobalBatch(context, tf.shape(image)[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# The contrastive losses' terms on a replica's blocks (kitm.losses.contrastive, "Global negatives")
+# --------------------------------------------------------------------------------------------------
+
+def _scalar(value, dtype, name: str) -> tf.Tensor:
+    value = tf.cast(tf.convert_to_tensor(value, dtype_hint=dtype), dtype)
+    if value.shape.rank not in (None, 0):
+        raise ValueError(f"{name} must be a scalar; got shape {value.shape}.")
+    return value
+
+
+def _block_cross_entropy(row_logits, row_targets, column_logits, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
+    """The soft cross-entropies of one replica's anchors, halved, each [b]: i2t along the rows of the rows block
+    [b, B] (row targets sum to 1 along rows), t2i down the columns of the columns block [B, b]."""
+    i2t = -tf.reduce_sum(row_targets * tf.nn.log_softmax(row_logits, axis=1), axis=1)
+    t2i = -tf.reduce_sum(column_targets * tf.nn.log_softmax(column_logits, axis=0), axis=0)
+    return 0.5 * i2t, 0.5 * t2i
+
+
+def info_nce_block_terms(rows, columns, logit_scale, row_positives, column_positives) -> tuple[tf.Tensor, tf.Tensor]:
+    """InfoNCE's (i2t, t2i) of one replica's anchors, each [b], from its rows block [b, B] and columns block [B, b]
+    and their bool positive masks (module docstring, "Global negatives"; `GlobalBatch.similarity_blocks`,
+    `GlobalBatch.positive_blocks`). With one replica (rows = columns = s) this is `info_nce_terms`."""
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    row_positives = tf.cast(row_positives, rows.dtype)
+    column_positives = tf.cast(column_positives, rows.dtype)
+    return _block_cross_entropy(scale * rows, row_positives / tf.reduce_sum(row_positives, axis=1, keepdims=True),
+                                scale * columns,
+                                column_positives / tf.reduce_sum(column_positives, axis=0, keepdims=True))
+
+
+def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns, logit_scale, row_positives,
+                                column_positives, *, tau_relevance: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graded InfoNCE's (i2t, t2i) of one replica's anchors, each [b]: `Y_i2t` from the relevance rows [b, B]
+    (positives raised to the row maximum), `Y_t2i` from the relevance columns [B, b] (positives raised to the column
+    maximum), as `kitm.losses.contrastive.graded_info_nce_targets` does on the whole matrix (kitm.losses.contrastive,
+    "Global negatives")."""
+    if isinstance(tau_relevance, bool) or not float(tau_relevance) > 0:
+        raise ValueError(f"tau_relevance must be a positive number; got {tau_relevance!r}.")
+    relevance_rows = tf.stop_gradient(tf.cast(relevance_rows, rows.dtype))
+    relevance_columns = tf.stop_gradient(tf.cast(relevance_columns, rows.dtype))
+    row_raised = tf.where(row_positives, tf.reduce_max(relevance_rows, axis=1, keepdims=True)
+                          + tf.zeros_like(relevance_rows), relevance_rows)
+    column_raised = tf.where(column_positives, tf.reduce_max(relevance_columns, axis=0, keepdims=True)
+                             + tf.zeros_like(relevance_columns), relevance_columns)
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    return _block_cross_entropy(scale * rows, tf.nn.softmax(row_raised / tau_relevance, axis=1),
+                                scale * columns, tf.nn.softmax(column_raised / tau_relevance, axis=0))
+
+
+def siglip_block_terms(rows, columns, logit_scale, bias, row_positives,
+                       column_positives) -> tuple[tf.Tensor, tf.Tensor]:
+    """SigLIP's (half of row p's sum over the rows block [b, B], half of column q's sum over the columns block
+    [B, b]) of one replica's anchors, each [b] (kitm.losses.contrastive, "Global negatives")."""
+    scale = _scalar(logit_scale, rows.dtype, "logit_scale")
+    bias = _scalar(bias, rows.dtype, "bias")
+
+    def negative_log_sigmoid(similarity, positives):
+        signs = tf.where(positives, tf.ones_like(similarity), -tf.ones_like(similarity))
+        return tf.nn.softplus(-signs * (scale * similarity + bias))
+
+    return (0.5 * tf.reduce_sum(negative_log_sigmoid(rows, row_positives), axis=1),
+            0.5 * tf.reduce_sum(negative_log_sigmoid(columns, column_positives), axis=0))
