@@ -15,7 +15,7 @@ own b rows: b - 1 negatives per positive pair, whatever R. With global negatives
 launcher's default with several replicas where every loss can gather) each replica gathers the others'
 embeddings and its anchors meet all B - 1; its relevance is then its rows of the global batch's, [b, B]: each
 worker's pipeline reads every record, batches B rows, computes their relevance and keeps its replicas' rows
-(`kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in `kitm.experiment.runner`).
+(`kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in `kitm.experiment.training_run`).
 
 Input (`distributed_training_input`). With R > 1 the training data goes through
 `strategy.distribute_datasets_from_function`: one input pipeline per worker (W pipelines), pipeline w keeps
