@@ -224,6 +224,16 @@ flags.DEFINE_bool("deterministic_ops", _default("deterministic_ops"),
 flags.DEFINE_enum("strategy", _default("strategy"), ["default", "mirrored", "multi_worker"],
                   "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
                   "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable.")
+flags.DEFINE_enum("negatives", _default("negatives"), ["auto", "global", "local"],
+                  "Negatives of the contrastive, triplet and SAM losses under several replicas: global (every row of "
+                  "the global batch, gathered from the other replicas with their gradients: the step of one device "
+                  "with the whole batch), local (a replica's own rows only), auto (global with several replicas when "
+                  "every --loss can gather, else local). docs/scale.md.")
+flags.DEFINE_integer("grad_cache_chunk", _default("grad_cache_chunk"),
+                     "Gradient caching: embed each replica's batch in chunks of this many rows without keeping "
+                     "activations, take the loss over the whole batch, then back-propagate chunk by chunk (memory of "
+                     "one chunk, the gradients of the whole batch; about one more forward pass). Must divide the "
+                     "per-replica batch; 0: off. docs/scale.md.", lower_bound=0)
 flags.DEFINE_integer("backup_every_steps", _default("backup_every_steps"),
                      "Back up the training state every this many steps, so a killed run resumes close to where it "
                      "stopped (0: at the end of each epoch).", lower_bound=0)

@@ -13,6 +13,11 @@ blocks: each input pipeline builds per-replica batches (`batch_size` = b, `num_r
 `shard` of the records), so a replica's [b, b] relevance is computed from exactly the captions it
 trains on (`kitm.training.distribution`).
 
+With global negatives (`kitm.losses.global_batch`) a replica's losses compare its rows with every row of the global
+batch, so its relevance must be its rows of the global batch's relevance, [b, B]: `replica_rows` cuts batches of
+the global B rows, whose relevance the pipeline computed over all of them ([B, B]), into per-replica elements of b
+rows each with its relevance rows (the launcher does so under `negatives="global"`).
+
 The training crop and flip are the stateless forms of Model Garden's ops below, and so is the caption
 draw: every sample carries its own seed pair from `tf.data.Dataset.random(seed)` (a new sequence each
 epoch), so a parallel `map` gives the same crops and flips whatever the thread timing (stateful random
@@ -214,6 +219,29 @@ def block_diagonal_relevance(relevance_fn, images_side, captions_side, num_repli
     blocks = tf.reshape(full, [num_replicas, b, num_replicas, b])
     blocks = tf.gather_nd(tf.transpose(blocks, [0, 2, 1, 3]), tf.stack([tf.range(num_replicas)] * 2, axis=1))
     return tf.reshape(blocks, [num_replicas * b, b])
+
+
+def replica_rows(dataset: tf.data.Dataset, replicas: int, *, first: int = 0, count: int | None = None
+                 ) -> tf.data.Dataset:
+    """Cut each batch of B = R b rows into R per-replica elements of b rows and keep replicas `first` ...
+    `first + count - 1`, in order (a worker's local replicas, which take consecutive elements).
+
+    Every entry of `(x, y)` is cut along its first axis, so `y["relevance"]` ([B, B], caption q of the global batch
+    to image p) becomes each replica's rows [b, B]: the relevance global negatives need (module docstring).
+    """
+    count = replicas - first if count is None else count
+    if replicas < 1 or not 0 <= first < first + count <= replicas:
+        raise ValueError(f"replica_rows: replicas {first}..{first + count - 1} are not among 0..{replicas - 1}.")
+
+    def cut(value):
+        shape = tf.shape(value)
+        pieces = tf.reshape(value, tf.concat([[replicas, shape[0] // replicas], shape[1:]], axis=0))
+        rows = value.shape[0]
+        pieces.set_shape([replicas, None if rows is None else rows // replicas] + value.shape[1:].as_list())
+        return pieces[first:first + count]
+
+    return dataset.map(lambda *element: tf.nest.map_structure(cut, element),
+                       num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 _SLOT_BUILD_HINT = {

@@ -121,6 +121,8 @@ class TrainingConfig:
     seed: int = 0
     deterministic_ops: bool = False
     strategy: str = "default"
+    negatives: str = "auto"  # auto (global with several replicas where every loss can gather), global, local
+    grad_cache_chunk: int = 0  # gradient caching in chunks of this many rows per replica (0: off)
     backup_every_steps: int = 0
     cpu_devices: int = 0
     collapse_threshold: float = 0.9

@@ -22,18 +22,27 @@ class Objective:
 
     key: the name its terms are logged under (`<key>/<term>`; the two ladders share one, so only one of them can be
     used at a time). needs_relevance: it learns from the batch relevance matrix (needs `relevance` != "none").
+    global_negatives: its loss takes `negatives="global"` (kitm.losses.global_batch); the builder passes
+    `config.training.negatives` (resolved by `resolve_negatives`).
     """
 
     build: Callable[[ExperimentConfig, int], object] | None
     key: str
     needs_relevance: bool = False
+    global_negatives: bool = False
+
+
+def _negatives(config) -> str:
+    """The losses' `negatives`: "auto" (not resolved for a replica count, e.g. a loss built outside a run) is local."""
+    negatives = config.training.negatives
+    return "local" if negatives == "auto" else negatives
 
 
 def _triplet(config, warmup):
     from kitm.losses import TripletLoss
 
     o = config.objective
-    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup)
+    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup, negatives=_negatives(config))
 
 
 def _sam(config, warmup):
@@ -42,7 +51,7 @@ def _sam(config, warmup):
     o = config.objective
     return SAMLoss(o.sam_tau, sampling=o.sam_sampling, pairing=o.sam_pairing, sam_weight=o.sam_weight,
                    margin=o.margin, max_violation=o.max_violation, seed=config.training.seed,
-                   hardest_warmup_steps=warmup)
+                   hardest_warmup_steps=warmup, negatives=_negatives(config))
 
 
 def _ladder(config, warmup):
@@ -93,7 +102,7 @@ def _infonce(config, warmup):
 
     o = config.objective
     _positive_settings(config, "logit_scale_init")
-    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None)
+    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=_negatives(config))
 
 
 def _graded_infonce(config, warmup):
@@ -102,7 +111,7 @@ def _graded_infonce(config, warmup):
     o = config.objective
     _positive_settings(config, "graded_tau", "logit_scale_init")
     return GradedInfoNCELoss(o.graded_tau, logit_scale_init=o.logit_scale_init,
-                             max_logit_scale=o.max_logit_scale or None)
+                             max_logit_scale=o.max_logit_scale or None, negatives=_negatives(config))
 
 
 def _siglip(config, warmup):
@@ -110,12 +119,13 @@ def _siglip(config, warmup):
 
     o = config.objective
     _positive_settings(config, "siglip_logit_scale_init")
-    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init)
+    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=_negatives(config))
 
 
 OBJECTIVES: dict[str, Objective] = {
-    "triplet": Objective(_triplet, "triplet"),  # VSE++
-    "sam": Objective(_sam, "sam", needs_relevance=True),  # triplet + sam_weight x the semantic adaptive margin
+    "triplet": Objective(_triplet, "triplet", global_negatives=True),  # VSE++
+    # triplet + sam_weight x the semantic adaptive margin
+    "sam": Objective(_sam, "sam", needs_relevance=True, global_negatives=True),
     "ladder": Objective(_ladder, "ladder", needs_relevance=True),  # fixed thresholds
     "ladder_adaptive": Objective(_ladder_adaptive, "ladder", needs_relevance=True),  # k-means levels per query
     "angular": Objective(_angular, "angular"),  # N-pair angular, symmetric
@@ -123,9 +133,10 @@ OBJECTIVES: dict[str, Objective] = {
     "centers": Objective(None, "centers"),  # trained in phases by kitm.training.center_phases
     # Contrastive (kitm.losses.contrastive); their learnable temperature (and bias) train with the model's optimizer
     # and are logged as <key>/logit_scale (and siglip/bias).
-    "infonce": Objective(_infonce, "infonce"),  # CLIP
-    "siglip": Objective(_siglip, "siglip"),  # SigLIP
-    "graded_infonce": Objective(_graded_infonce, "graded_infonce", needs_relevance=True),  # soft targets from R
+    "infonce": Objective(_infonce, "infonce", global_negatives=True),  # CLIP
+    "siglip": Objective(_siglip, "siglip", global_negatives=True),  # SigLIP
+    "graded_infonce": Objective(_graded_infonce, "graded_infonce", needs_relevance=True,
+                                global_negatives=True),  # soft targets from R
 }
 
 
@@ -185,6 +196,49 @@ def check_objective(config: ExperimentConfig) -> None:
         raise KitmConfigError(f"{option('loss')}={needs_relevance[0]} learns from graded relevance: set "
                               f"{option('relevance')} (e.g. truth for the synthetic world, cider for SAM, sbert for "
                               "the ladder loss).")
+
+
+def resolve_negatives(config: ExperimentConfig, replicas: int) -> ExperimentConfig:
+    """`config` with `negatives` made concrete for `replicas` (kitm.losses.global_batch; docs/scale.md): "auto" is
+    global with several replicas when every loss can gather, else local; "global" with a loss that cannot gather is
+    refused, naming it."""
+    negatives = config.training.negatives
+    if negatives not in ("auto", "global", "local"):
+        raise KitmConfigError(f"{option('negatives')}={negatives}: expected auto, global or local.")
+    names = list(config.objective.loss)
+    cannot = [name for name in names if name in OBJECTIVES and not OBJECTIVES[name].global_negatives]
+    if negatives == "global" and cannot:
+        able = ", ".join(name for name, objective in OBJECTIVES.items() if objective.global_negatives)
+        raise KitmConfigError(
+            f"{option('negatives')}=global: {option('loss')}={cannot[0]} cannot gather the other replicas' rows (it "
+            f"reads more than the batch's similarity matrix and labels); the losses that can are {able}. Use "
+            f"{option('negatives')}=local (or auto) with it.")
+    if negatives == "auto":
+        negatives = "global" if replicas > 1 and not cannot else "local"
+    return dataclasses.replace(config, training=dataclasses.replace(config.training, negatives=negatives))
+
+
+def check_grad_cache(config: ExperimentConfig, replicas: int) -> None:
+    """`grad_cache_chunk` divides the per-replica batch, and the objective can be replayed (not centers)."""
+    chunk, batch = config.training.grad_cache_chunk, config.training.batch_size
+    if not chunk:
+        return
+    if chunk < 0:
+        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: must be >= 0 (0: no gradient caching).")
+    if "centers" in config.objective.loss:
+        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: {option('loss')}=centers trains state of its "
+                              "own (the semantic centres and their optimizer) from each batch, which gradient caching "
+                              f"cannot replay between its two passes; use {option('grad_cache_chunk')}=0 with it.")
+    per_replica = batch // replicas if batch % replicas == 0 else None
+    if per_replica is None or per_replica % chunk:
+        raise KitmConfigError(
+            f"{option('grad_cache_chunk')}={chunk} must divide the per-replica batch: {option('batch_size')}={batch} "
+            f"over {replicas} replica(s) is {batch / replicas:g} rows; choose a divisor of it (e.g. "
+            f"{_largest_divisor(per_replica or batch, chunk)}).")
+
+
+def _largest_divisor(rows: int, at_most: int) -> int:
+    return max(d for d in range(1, min(rows, at_most) + 1) if rows % d == 0)
 
 
 def _number(value) -> str:

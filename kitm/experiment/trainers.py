@@ -37,7 +37,8 @@ class Trainer:
         if self.config.data.relevance != "none":
             monitors.append(RelevanceStatistics())
         losses, loss_weights = build_objective(self.config, steps_per_epoch)
-        model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors, jit_compile=jit_compile)
+        model.compile(optimizer, losses=losses, loss_weights=loss_weights, monitors=monitors, jit_compile=jit_compile,
+                      grad_cache_chunk=self.config.training.grad_cache_chunk)
 
     def build_optimizer(self, model, optimizer) -> None:
         if not optimizer.built:

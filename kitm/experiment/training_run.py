@@ -19,7 +19,7 @@ from kitm.errors import KitmConfigError, option
 from kitm.experiment import datasets, encoders
 from kitm.experiment.config import ExperimentConfig
 from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS
-from kitm.experiment.objectives import uses_neighbor_batching
+from kitm.experiment.objectives import check_grad_cache, resolve_negatives, uses_neighbor_batching
 from kitm.experiment.trainers import make_trainer
 from kitm.files import write_json_atomically
 from kitm.progress import keras_verbosity
@@ -117,6 +117,9 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     from kitm.training import precision
     from kitm.training.summaries import write_hparams
 
+    # Global or local negatives for this replica count (docs/scale.md); the summary records the resolved value.
+    config = resolve_negatives(config, strategy.num_replicas_in_sync)
+    check_grad_cache(config, strategy.num_replicas_in_sync)
     run = _RunParts(config, info, data_dir, run_dir, pathlib.Path(write_dir or run_dir), strategy)
     check_training_settings(config, info)
     print(f"Dtype policy: {precision.set_mixed_precision(config.training.mixed_precision)}.")
@@ -193,12 +196,26 @@ def _pipeline_config(run: _RunParts):
 
 def _training_input(run: _RunParts):
     """The training input: per-replica pipelines under several replicas (kitm.training.distribution explains why)."""
-    from kitm.data.pipeline import training_dataset
+    from kitm.data.pipeline import replica_rows, training_dataset
     from kitm.training.distribution import distributed_training_input
 
     config, t = run.config, run.config.training
+    replicas = run.strategy.num_replicas_in_sync
+    # Global negatives with a relevance source: every replica needs its rows of the global batch's relevance, [b, B].
+    global_rows = t.negatives == "global" and replicas > 1 and config.data.relevance != "none"
 
     def pipeline(batch, shard, seed):
+        if global_rows:
+            # Each worker's pipeline reads every record (the same order everywhere: shard (1, 0) takes the sharded
+            # road's deterministic reading), batches the global batch, computes its [B, B] relevance and keeps the
+            # per-replica pieces of its own replicas (kitm.data.pipeline.replica_rows).
+            workers, worker = shard if shard is not None else (1, 0)
+            local = replicas // workers
+            dataset = training_dataset(run.data_dir, "train", run.tokenizer,
+                                       dataclasses.replace(run.pipeline_config, batch_size=batch * replicas,
+                                                           num_replicas=1, seed=seed),
+                                       shard=(1, 0) if shard is not None else None)
+            return run.trainer.prepare_input(replica_rows(dataset, replicas, first=worker * local, count=local))
         dataset = training_dataset(run.data_dir, "train", run.tokenizer,
                                    dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1,
                                                        seed=seed),

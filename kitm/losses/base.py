@@ -24,6 +24,10 @@ warm-up. A loss whose class sets `has_hardest_negatives` takes `hardest_warmup_s
 training steps its hardest-negative terms use the sum over negatives (a max becomes a sum) and its `hardest`
 samplers draw a random negative instead. The step is the model optimizer's `iterations`, bound by
 `DualEncoder.compile` (`bind_training_step`), so a resumed run continues the warm-up where it stopped.
+
+Global negatives. A loss whose class sets `supports_global_negatives` takes `negatives="global"`: under several
+replicas each replica's anchors meet the negatives of the whole global batch, not only its own b rows
+(`kitm.losses.global_batch`; docs/scale.md). With one replica it changes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
+from kitm.losses.global_batch import GlobalBatch, check_negatives, global_batch, replica_share
 from kitm.ops.similarity import cosine_similarity_matrix
 
 
@@ -51,14 +56,10 @@ def scale_for_replicas(value: tf.Tensor, reduction: str | None) -> tf.Tensor:
     """Divide a reduced loss by the number of replicas in sync, as Keras does for its own losses.
 
     Each replica reduces its local batch; the optimizer sums gradients over replicas, so the division
-    makes the update that of the mean over replicas of the per-replica losses.
+    makes the update that of the mean over replicas of the per-replica losses. (A loss with global negatives is
+    scaled by `kitm.losses.global_batch.replica_share` instead.)
     """
-    if reduction in (None, "none"):
-        return value
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    if replicas > 1:
-        value = value / tf.cast(replicas, value.dtype)
-    return value
+    return replica_share(value, reduction, global_negatives=False)
 
 
 class RetrievalLoss(keras.losses.Loss):
@@ -66,9 +67,16 @@ class RetrievalLoss(keras.losses.Loss):
 
     term_names: tuple[str, ...] = ("loss",)
     has_hardest_negatives = False  # True where hardest_warmup_steps means something (module docstring)
+    supports_global_negatives = False  # True where negatives="global" means something (module docstring)
 
-    def __init__(self, name: str, reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
+    def __init__(self, name: str, reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
+                 negatives: str = "local"):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.negatives = check_negatives(negatives)
+        if self.negatives == "global" and not self.supports_global_negatives:
+            raise ValueError(f"{type(self).__name__} cannot take negatives='global': it reads more than the batch's "
+                             "similarity matrix and labels (per-replica state, within-replica positions), so it "
+                             "cannot gather the other replicas' rows; use negatives='local'.")
         if isinstance(hardest_warmup_steps, bool) or int(hardest_warmup_steps) != hardest_warmup_steps \
                 or hardest_warmup_steps < 0:
             raise ValueError(f"hardest_warmup_steps must be an integer >= 0; got {hardest_warmup_steps!r}.")
@@ -113,12 +121,32 @@ class RetrievalLoss(keras.losses.Loss):
             values = self.call(y_true, y_pred)
             if sample_weight is not None:
                 values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
-            return scale_for_replicas(reduce_per_row(values, self.reduction), self.reduction)
+            return replica_share(reduce_per_row(values, self.reduction), self.reduction, self.global_negatives)
+
+    @property
+    def global_negatives(self) -> bool:
+        return self.negatives == "global"
+
+    def global_batch(self, y_pred) -> GlobalBatch | None:
+        """This replica's view of the global batch under `negatives="global"` and several replicas, else None."""
+        return global_batch(y_pred) if self.global_negatives else None
+
+    def whole_batch_terms(self, y_true, y_pred, compute) -> dict[str, tf.Tensor]:
+        """`compute(y_true, y_pred)` -> {term: [B]}, and under global negatives with several replicas the same on
+        the gathered global batch (`GlobalBatch.gather_batch`), of which this replica keeps its own rows: for the
+        losses that read the whole similarity matrix (`kitm.losses.global_batch`)."""
+        batch = self.global_batch(y_pred)
+        if batch is None:
+            return compute(y_true, y_pred)
+        y_true, y_pred = batch.gather_batch(y_true, y_pred)
+        return {term: batch.own_rows(values) for term, values in compute(y_true, y_pred).items()}
 
     def get_config(self):
         config = super().get_config()
         if self.has_hardest_negatives:
             config["hardest_warmup_steps"] = self.hardest_warmup_steps
+        if self.supports_global_negatives:
+            config["negatives"] = self.negatives
         return config
 
     @staticmethod

@@ -45,6 +45,14 @@ as open_clip does (`optimizer.exclude_from_weight_decay(var_names=["logit_"])`, 
 exp(t) at 100 is applied twice, as open_clip does it: in the forward pass (exp(min(t, log 100))) and on the variable
 after each step (a constraint), so that t never drifts above the clip where its gradient would be 0.
 
+Global negatives (`negatives="global"`, `kitm.losses.global_batch`; docs/scale.md). Under R replicas of b rows,
+replica r computes its image anchors' terms on the rows block `S_rows = x_r Y^T` [b, B] (softmax along each row,
+over every caption of the global batch) and its caption anchors' terms on the columns block `S_cols = X y_r^T`
+[B, b] (softmax down each column, over every image), with the positives and the graded targets taken from the
+global batch's image indices and relevance (`kitm.losses.global_batch`'s `*_block_terms`). Row p of the rows block
+is row r b + p of the one-device matrix and column q of the columns block its column r b + q, so the terms are those
+of the global batch.
+
 Worked example (InfoNCE, hand-computed): s = [[0.5, 0.0], [0.0, 0.5]], exp(t) = 2: z = [[1, 0], [0, 1]];
 every row and column has `-log softmax = log(1 + e^-1) = 0.31326`; row p's value is 1/2 * (0.31326 + 0.31326),
 so per row [0.31326, 0.31326] and L = 0.62652. With `image_index = [0, 0]` (two samples of one image) every entry
@@ -60,12 +68,14 @@ import keras
 import tensorflow as tf
 
 from kitm.losses.base import RetrievalLoss
+from kitm.losses.global_batch import graded_info_nce_block_terms, info_nce_block_terms, siglip_block_terms
 from kitm.ops.similarity import same_image_mask
 
 __all__ = [
     "CLIP_LOGIT_SCALE", "CLIP_MAX_LOGIT_SCALE", "SIGLIP_LOGIT_SCALE", "SIGLIP_BIAS",
     "info_nce_terms", "info_nce_loss", "graded_info_nce_targets", "graded_info_nce_terms", "graded_info_nce_loss",
-    "siglip_terms", "siglip_loss", "LogitScale", "InfoNCELoss", "GradedInfoNCELoss", "SigLIPLoss",
+    "siglip_terms", "siglip_loss", "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms",
+    "LogitScale", "InfoNCELoss", "GradedInfoNCELoss", "SigLIPLoss",
 ]
 
 CLIP_LOGIT_SCALE = 1.0 / 0.07  # exp(t) at initialisation (CLIP)
@@ -310,6 +320,7 @@ class _LearnableTemperature:
 
     term_names = ("i2t", "t2i")
     uses_model_optimizer = True  # DualEncoder trains `trainable_variables` with its own optimizer (module docstring)
+    supports_global_negatives = True  # the rows and columns blocks (module docstring, "Global negatives")
 
     def _init_temperature(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
                           learnable: bool, name: str, dtype) -> None:
@@ -356,21 +367,29 @@ class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
       logit_scale_init: exp(t) at the start (CLIP: 1/0.07; a pretrained CLIP's value to fine-tune from it).
       max_logit_scale: the clip of exp(t) (CLIP: 100); None for none.
       learnable: train t (with the model's optimizer); False keeps exp(t) fixed at logit_scale_init.
+      negatives: "local" (a replica's own rows) or "global" (every row of the global batch under several
+        replicas; module docstring, "Global negatives").
     Terms: "i2t" (image anchors) and "t2i" (caption anchors). Logged besides: "logit_scale" (exp(t)).
     Example: on the module docstring's s with exp(t) = 2, per row [0.31326, 0.31326].
     """
 
     def __init__(self, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, name: str = "infonce",
-                 reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 reduction: str = "sum", dtype=None, negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
 
     def compute_terms(self, y_true, y_pred):
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            self.similarity(y_pred)  # the checks of y_pred
+            rows, columns = batch.similarity_blocks(y_pred)
+            i2t, t2i = info_nce_block_terms(rows, columns, self._scale(rows.dtype), *batch.positive_blocks(image_index))
+            return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
-        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype),
-                                  image_index=self.optional(y_true, "image_index"))
+        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype), image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
 
@@ -387,15 +406,16 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
     Args:
       tau_relevance: tau_R > 0, the targets' temperature, on the relevance's own scale (e.g. 0.1 for relevance in
         [0, 1]; CIDEr-D spans about [0, 10]).
-      logit_scale_init, max_logit_scale, learnable: as `InfoNCELoss`.
+      logit_scale_init, max_logit_scale, learnable, negatives: as `InfoNCELoss` (with global negatives,
+        `y_true["relevance"]` holds the replica's rows of the global batch's relevance, [b, B]).
     Terms: "i2t", "t2i". Logged besides: "logit_scale".
     Example: `graded_info_nce_loss` (per row [0.58220, 0.58220] on its docstring's inputs).
     """
 
     def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
-                 name: str = "graded_infonce", reduction: str = "sum", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+                 name: str = "graded_infonce", reduction: str = "sum", dtype=None, negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
         self.tau_relevance = _positive_number("tau_relevance", tau_relevance)
@@ -404,10 +424,20 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
         relevance = self.optional(y_true, "relevance")
         if relevance is None:
             raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], the batch relevance).")
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            self.similarity(y_pred)  # the checks of y_pred
+            rows, columns = batch.similarity_blocks(y_pred)
+            relevance_rows, relevance_columns = batch.relevance_blocks(relevance)
+            row_positives, column_positives = batch.positive_blocks(image_index)
+            i2t, t2i = graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns,
+                                                   self._scale(rows.dtype), row_positives, column_positives,
+                                                   tau_relevance=self.tau_relevance)
+            return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
         i2t, t2i = graded_info_nce_terms(similarity, relevance, self._scale(similarity.dtype),
-                                         tau_relevance=self.tau_relevance,
-                                         image_index=self.optional(y_true, "image_index"))
+                                         tau_relevance=self.tau_relevance, image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):
@@ -428,6 +458,7 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
       bias_init: b at the start (SigLIP: -10).
       max_logit_scale: a clip of exp(t') (SigLIP has none: None).
       learnable: train t' and b (with the model's optimizer).
+      negatives: as `InfoNCELoss`.
     Terms: "i2t" (half of image p's row) and "t2i" (half of caption p's column). Logged besides: "logit_scale"
     (exp(t')) and "bias".
     Example: `siglip_loss` (per row [0.69986, 0.69986] on its docstring's inputs).
@@ -435,9 +466,9 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
 
     def __init__(self, logit_scale_init: float = SIGLIP_LOGIT_SCALE, bias_init: float = SIGLIP_BIAS,
                  max_logit_scale: float | None = None, learnable: bool = True, name: str = "siglip",
-                 reduction: str = "sum", dtype=None):
+                 reduction: str = "sum", dtype=None, negatives: str = "local"):
         self.bias_init = _finite_number("bias_init", bias_init)
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale,
                                bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
 
@@ -450,7 +481,13 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
         scale = self._scale(similarity.dtype)
         bias = tf.cast(self.bias, similarity.dtype)
         self.monitored["bias"] = tf.cast(tf.stop_gradient(bias), tf.float32)
-        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=self.optional(y_true, "image_index"))
+        image_index = self.optional(y_true, "image_index")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            rows, columns = batch.similarity_blocks(y_pred)
+            i2t, t2i = siglip_block_terms(rows, columns, scale, bias, *batch.positive_blocks(image_index))
+            return {"i2t": i2t, "t2i": t2i}
+        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=image_index)
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):

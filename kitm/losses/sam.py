@@ -200,6 +200,9 @@ class SAMLoss(RetrievalLoss):
       seed: for `sampling="random"`: None or a Python int op seed (`samplers.random_negatives`).
       hardest_warmup_steps: for this many training steps first, the triplet sums over negatives and the
         `hardest` sampler draws at random (kitm.losses.base, "Hardest-negative warm-up").
+      negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
+        similarity and relevance from the gathered embeddings and relevance rows ([b, B] per replica) and keeps its
+        own anchors' terms, so the negatives and margins cover the whole batch (`kitm.losses.global_batch`).
     Terms: "triplet_i2t", "triplet_t2i" (image / caption anchors of the triplet), "sam_i2t", "sam_t2i"
     (SAM's image / caption anchors; with `pairing="reference"`, the reference's caption-retrieval and
     image-retrieval terms of row p), each already multiplied by its weight.
@@ -207,12 +210,15 @@ class SAMLoss(RetrievalLoss):
 
     term_names = ("triplet_i2t", "triplet_t2i", "sam_i2t", "sam_t2i")
     has_hardest_negatives = True
+    supports_global_negatives = True
 
     def __init__(self, tau: float, sampling: str = "hardest", pairing: str = "matched",
                  triplet_weight: float = 1.0, sam_weight: float = 1.0, margin: float = 0.2,
                  max_violation: bool = True, max_margin: float | None = 1.0, seed: int | None = None,
-                 name: str = "sam", reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
-        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
+                 name: str = "sam", reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
+                 negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
+                         negatives=negatives)
         self.tau = _check_tau(tau)
         self.sampling = check_sampling(sampling)
         self.pairing = _check_pairing(pairing)
@@ -254,6 +260,9 @@ class SAMLoss(RetrievalLoss):
         return negative_captions.indices, negative_images.indices
 
     def compute_terms(self, y_true, y_pred):
+        return self.whole_batch_terms(y_true, y_pred, self._terms)
+
+    def _terms(self, y_true, y_pred):
         similarity = self.similarity(y_pred)
         image_index = self.optional(y_true, "image_index")
         terms = {}

@@ -77,19 +77,26 @@ class TripletLoss(RetrievalLoss):
         max_violation: hardest negative (VSE++ "MH") when True, sum over negatives ("SH") otherwise.
         hardest_warmup_steps: with max_violation, the sum over negatives for this many training steps first
             (kitm.losses.base, "Hardest-negative warm-up").
+        negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
+            similarity from the gathered embeddings and keeps its own anchors' terms (`kitm.losses.global_batch`).
     Terms: "i2t" (image anchors) and "t2i" (caption anchors).
     """
 
     term_names = ("i2t", "t2i")
     has_hardest_negatives = True
+    supports_global_negatives = True
 
     def __init__(self, margin: float = 0.2, max_violation: bool = True, name: str = "triplet",
-                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0):
-        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps)
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, negatives: str = "local"):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
+                         negatives=negatives)
         self.margin = _check_margin(margin)
         self.max_violation = bool(max_violation)
 
     def compute_terms(self, y_true, y_pred):
+        return self.whole_batch_terms(y_true, y_pred, self._terms)
+
+    def _terms(self, y_true, y_pred):
         image_index = self.optional(y_true, "image_index")
         hardest = self.max_violation and self.hardest_negatives_on()
         i2t, t2i = triplet_terms(self.similarity(y_pred), self.margin, hardest, image_index)

@@ -7,6 +7,10 @@ For `DualEncoder.compile(monitors=[...])`. Over an epoch it pools the batch rele
     relevance/negative_std  = sqrt(E[R^2] - E[R]^2) over the same pairs
     relevance/positive_mean = mean of the diagonal R[p, p]
 
+Under global negatives (`kitm.losses.global_batch`) each replica holds its rows of the global batch's relevance,
+[b, B]: the negatives are then its rows' negatives among the whole global batch, and the positives the entries
+(p, r b + p).
+
 With a sharp relevance source the negatives' mean is near 0 and SAM or the ladder behave like the plain triplet.
 Keras' TensorBoard callback writes them to the `train` writer as `epoch_relevance/...`.
 """
@@ -18,6 +22,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
+from kitm.losses.global_batch import GlobalBatch
 from kitm.ops.similarity import negative_mask
 
 
@@ -40,8 +45,19 @@ class RelevanceStatistics(keras.metrics.Metric):
         if relevance is None:
             return
         relevance = tf.cast(relevance, tf.float64)
-        mask = tf.cast(negative_mask(relevance, y_true.get("image_index")), tf.float64)
-        diagonal = tf.linalg.diag_part(relevance)
+        rows, width = relevance.shape[0], relevance.shape[1]
+        context = tf.distribute.get_replica_context()
+        if rows is not None and width is not None and width != rows and context is not None \
+                and context.num_replicas_in_sync > 1:
+            # A replica's rows of the global batch's relevance (module docstring).
+            batch = GlobalBatch(context, tf.shape(relevance)[0])
+            positives, _ = batch.positive_blocks(y_true.get("image_index"))
+            mask = tf.cast(tf.logical_not(positives), tf.float64)
+            diagonal = tf.gather(relevance, batch.offset + tf.range(batch.local), axis=1, batch_dims=0)
+            diagonal = tf.linalg.diag_part(diagonal)
+        else:
+            mask = tf.cast(negative_mask(relevance, y_true.get("image_index")), tf.float64)
+            diagonal = tf.linalg.diag_part(relevance)
         updates = {"negative_count": tf.reduce_sum(mask), "negative_sum": tf.reduce_sum(relevance * mask),
                    "negative_squares": tf.reduce_sum(tf.square(relevance) * mask),
                    "positive_count": tf.cast(tf.size(diagonal), tf.float64), "positive_sum": tf.reduce_sum(diagonal)}

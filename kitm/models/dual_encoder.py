@@ -20,6 +20,20 @@ embeddings are cast to float32 before the L2 normalisation, so similarities and 
 `LossScaleOptimizer` (mixed_float16) the model's weights take the scaled loss's gradients and the loss-owned
 groups the unscaled loss's.
 
+Global negatives (`kitm.losses.global_batch`): a loss built with `negatives="global"` gathers the other replicas'
+embeddings itself; its share of the total is scaled by `replica_share` (undivided for a "sum" loss, so the update is
+that of one device with the global batch), the others' by 1/R as Keras scales its own losses.
+
+Gradient caching (`compile(grad_cache_chunk=N)`; Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size
+under Memory Limited Setup"): the step embeds the per-replica batch of b rows in chunks of N without a tape (no
+activations kept), computes the loss over the whole batch (global negatives included) and its gradient g with
+respect to the embeddings, then embeds each chunk again under a tape and takes the gradient of <embeddings, g>,
+summed over the chunks. By the chain rule that is the gradient of the loss; the activations held are one chunk's.
+Random layers (dropout) and layer state (batch-norm statistics) are put back to where they stood before the first
+pass, so that the second pass recomputes exactly the first's embeddings. Losses that train state of their own from
+the batch (`optimizer_groups`, the semantic centres) cannot be replayed and are refused. Details and figures:
+docs/scale.md, "Gradient caching".
+
 `compile(monitors=[...])` adds batch statistics that are not losses (e.g.
 `kitm.metrics.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
 on every step and logged like the loss terms.
@@ -34,7 +48,23 @@ import tensorflow as tf
 from keras import layers
 
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
+from kitm.losses.global_batch import replica_share
 from kitm.models.reducible_logs import keras_reducible_logs
+
+
+def _at_least_float32(value: tf.Tensor) -> tf.Tensor:
+    """float16 and bfloat16 cast to float32; float32 and float64 kept."""
+    return value if value.dtype in (tf.float32, tf.float64) else tf.cast(value, tf.float32)
+
+
+def _add_gradients(a, b):
+    """a + b for gradients that may be None or IndexedSlices (an embedding table's rows stay sparse)."""
+    if a is None or b is None:
+        return b if a is None else a
+    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.concat([a.values, b.values], axis=0), tf.concat([a.indices, b.indices], axis=0),
+                                a.dense_shape)
+    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
 
 
 @keras.saving.register_keras_serializable(package="kitm")
@@ -60,15 +90,16 @@ class DualEncoder(keras.Model):
         self.loss_weights_by_name: dict[str, float] = {}
         object.__setattr__(self, "term_trackers", {})
         object.__setattr__(self, "batch_monitors", [])
+        self.grad_cache_chunk = 0
 
     def encode_image(self, images, training=False):
         features = self.image_encoder(images, training=training)
         # float32 before normalising: under mixed precision the similarities and losses stay float32.
-        return tf.math.l2_normalize(tf.cast(self.image_projection(features), tf.float32), axis=-1)
+        return tf.math.l2_normalize(_at_least_float32(self.image_projection(features)), axis=-1)
 
     def encode_text(self, token_ids, training=False):
         features = self.text_encoder(token_ids, training=training)
-        return tf.math.l2_normalize(tf.cast(self.text_projection(features), tf.float32), axis=-1)
+        return tf.math.l2_normalize(_at_least_float32(self.text_projection(features)), axis=-1)
 
     def call(self, inputs, training=False):
         return {"image": self.encode_image(inputs["image"], training=training),
@@ -85,9 +116,10 @@ class DualEncoder(keras.Model):
         self(example, training=False)
 
     def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,
-                loss_weights: Mapping[str, float] | None = None, monitors=(), **kwargs):
-        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`, and optional `monitors`:
-        Keras metrics updated with `(y_true, y_pred)` every step (module docstring)."""
+                loss_weights: Mapping[str, float] | None = None, monitors=(), grad_cache_chunk: int = 0, **kwargs):
+        """Like `keras.Model.compile`, with kitm losses by name instead of `loss=`, optional `monitors`: Keras
+        metrics updated with `(y_true, y_pred)` every step, and `grad_cache_chunk`: N > 0 trains with gradient
+        caching in chunks of N rows (module docstring; N must divide the per-replica batch)."""
         if "loss" in kwargs:
             raise ValueError("DualEncoder takes its objectives as `losses={name: RetrievalLoss}`, not `loss=`.")
         losses = dict(losses or {})
@@ -98,7 +130,19 @@ class DualEncoder(keras.Model):
         for name, loss in losses.items():
             if not isinstance(loss, RetrievalLoss):
                 raise TypeError(f"Loss {name!r} is a {type(loss).__name__}; kitm losses derive from RetrievalLoss.")
+        if isinstance(grad_cache_chunk, bool) or int(grad_cache_chunk) != grad_cache_chunk or grad_cache_chunk < 0:
+            raise ValueError(f"grad_cache_chunk must be an integer >= 0 (0: no gradient caching); got "
+                             f"{grad_cache_chunk!r}.")
+        if grad_cache_chunk:
+            for name, loss in losses.items():
+                owned = getattr(loss, "optimizer_groups", None)
+                if owned is not None:
+                    raise ValueError(
+                        f"grad_cache_chunk={grad_cache_chunk}: the loss {name!r} ({type(loss).__name__}) trains state "
+                        "of its own from each batch (optimizer_groups), which gradient caching cannot replay between "
+                        "its two passes; use grad_cache_chunk=0 with it.")
         super().compile(optimizer=optimizer, **kwargs)
+        self.grad_cache_chunk = int(grad_cache_chunk)
         for loss in losses.values():  # the hardest-negative warm-up counts this optimizer's steps
             loss.bind_training_step(self.optimizer.iterations)
         self.loss_functions = losses
@@ -136,27 +180,34 @@ class DualEncoder(keras.Model):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
         if not self.loss_functions:
             raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
-        total = tf.constant(0.0, dtype=tf.float32)  # float32 also under a mixed-precision policy
+        # float32 also under a mixed-precision policy (float64 under a float64 one)
+        total = tf.constant(0.0, dtype=_at_least_float32(y_pred["image"]).dtype)
         coverage = self.term_trackers.get("neighbor_coverage")
         if coverage is not None and isinstance(y, Mapping) and "neighbor_position" in y:
             coverage.update_state(tf.reduce_mean(tf.cast(y["neighbor_position"] >= 0, tf.float32)))
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
             for key in getattr(loss, "monitor_names", ()):
                 self.term_trackers[f"{name}/{key}"].update_state(loss.monitored[key])
             weight = self.loss_weights_by_name[name]
+            global_negatives = getattr(loss, "global_negatives", False)
             for term, values in terms.items():
                 if sample_weight is not None:
                     values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
                 value = tf.cast(reduce_per_row(values, loss.reduction), total.dtype)
-                self.term_trackers[f"{name}/{term}"].update_state(value)
-                total = total + weight * value
+                # Gradients are summed across replicas: like Keras' own losses each replica's value is divided by
+                # R, except a "sum" loss with global negatives, whose replicas' values add up to the global batch's.
+                share = replica_share(value, loss.reduction, global_negatives)
+                # Logged so that the mean over replicas is the global batch's value under global negatives.
+                logged = value * replicas if global_negatives and loss.reduction == "sum" else value
+                self.term_trackers[f"{name}/{term}"].update_state(logged)
+                total = total + weight * share
         for monitor in self.batch_monitors:
             monitor.update_state(y, y_pred)
-        if self.losses:  # layer regularisers
-            total = total + tf.add_n([tf.cast(l, total.dtype) for l in self.losses])
-        # Like Keras' own losses, divide by the replica count: gradients are summed across replicas.
-        return scale_for_replicas(total, "sum")
+        if self.losses:  # layer regularisers, divided by R like Keras' own losses
+            total = total + scale_for_replicas(tf.add_n([tf.cast(l, total.dtype) for l in self.losses]), "sum")
+        return total
 
     def train_step(self, data):
         """Keras' training step, extended to the variables that losses own (module docstring).
@@ -166,22 +217,31 @@ class DualEncoder(keras.Model):
         Keras freezing, compile again afterwards.
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        groups, gradients, total, y_pred = self.compute_gradients(x, y, sample_weight)
+        for (optimizer, variables), group in zip(groups, gradients):
+            optimizer.apply_gradients(zip(group, variables))
+        # Keras logs the loss summed over replicas; compute_loss divided it by their number.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        # Shaped so that Keras can average them over several workers (kitm.training.distribution).
+        return keras_reducible_logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+
+    def compute_gradients(self, x, y=None, sample_weight=None):
+        """This replica's gradients of the training step, before the optimizers sum them over replicas and apply
+        them: (groups [(optimizer, variables)], gradients [one list per group], total loss, y_pred)."""
+        if self.grad_cache_chunk:
+            return self._cached_gradients(x, y, sample_weight)
         # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
         # the scaled loss and unscales them (the LossScaleOptimizer also skips steps whose gradients overflowed).
         # A loss's own parameters are float32 and reached through float32 ops only, so they take the unscaled
         # loss's gradients from the same (then persistent) tape.
-        loss_scaling = (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-                        or getattr(self.optimizer, "loss_scale_factor", None) is not None)
+        loss_scaling = self._loss_scaling()
         with tf.GradientTape(persistent=loss_scaling) as tape:
             y_pred = self(x, training=True)
             total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
             scaled = self.optimizer.scale_loss(total)
         # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
-        groups = [(self.optimizer, self.optimizer_variables())]
-        for loss in self.loss_functions.values():
-            owned = getattr(loss, "optimizer_groups", None)
-            groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
-        groups = [(optimizer, variables) for optimizer, variables in groups if variables]
+        groups = self._optimizer_groups()
         if loss_scaling:
             gradients = [tape.gradient(scaled if optimizer is self.optimizer else total, variables)
                          for optimizer, variables in groups]
@@ -192,13 +252,92 @@ class DualEncoder(keras.Model):
             for _, variables in groups:
                 gradients.append(flat[start:start + len(variables)])
                 start += len(variables)
-        for (optimizer, variables), group in zip(groups, gradients):
-            optimizer.apply_gradients(zip(group, variables))
-        # Keras logs the loss summed over replicas; compute_loss divided it by their number.
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        # Shaped so that Keras can average them over several workers (kitm.training.distribution).
-        return keras_reducible_logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+        return groups, gradients, total, y_pred
+
+    def _forward_state(self) -> list:
+        """The variables a training forward pass changes: random layers' seed states, batch-norm statistics."""
+        found, seen = [], set()
+        for layer in self._flatten_layers():
+            variables = [generator.state for generator in getattr(layer, "_seed_generators", [])]
+            if isinstance(layer, keras.layers.BatchNormalization):
+                variables += [layer.moving_mean, layer.moving_variance]
+            for variable in variables:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    found.append(variable)
+        return found
+
+    def _loss_scaling(self) -> bool:
+        return (isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+                or getattr(self.optimizer, "loss_scale_factor", None) is not None)
+
+    def _optimizer_groups(self) -> list:
+        groups = [(self.optimizer, self.optimizer_variables())]
+        for loss in self.loss_functions.values():
+            owned = getattr(loss, "optimizer_groups", None)
+            groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
+        return [(optimizer, variables) for optimizer, variables in groups if variables]
+
+    def _cached_gradients(self, x, y, sample_weight):
+        """Gradient caching (module docstring): two passes over chunks of `grad_cache_chunk` rows around one loss
+        over the whole batch."""
+        chunk = self.grad_cache_chunk
+        rows = tf.nest.flatten(x)[0].shape[0]
+        if rows is None:
+            raise ValueError(f"grad_cache_chunk={chunk} needs a static per-replica batch size (batch with "
+                             "drop_remainder=True).")
+        if rows % chunk:
+            raise ValueError(f"grad_cache_chunk={chunk} must divide the per-replica batch of {rows} rows (the global "
+                             "batch divided by the replicas).")
+        pieces = rows // chunk
+
+        def piece(index, after):
+            # The control dependency chains the chunks: one chunk's activations at a time.
+            with tf.control_dependencies(after):
+                return tf.nest.map_structure(lambda t: tf.identity(t[index * chunk:(index + 1) * chunk]), x)
+
+        # Layer state a forward pass changes (random seeds, batch-norm statistics), put back before the second pass.
+        state = self._forward_state()
+        saved = [tf.identity(variable) for variable in state]
+        # Pass 1: the embeddings without activations.
+        embedded, after = [], list(saved)
+        for index in range(pieces):
+            out = self(piece(index, after), training=True)
+            out = {key: tf.stop_gradient(value) for key, value in out.items()}
+            embedded.append(out)
+            after = [out["image"], out["text"]]
+        y_pred = {key: tf.concat([out[key] for out in embedded], axis=0) for key in ("image", "text")}
+        with tf.control_dependencies(after):
+            for variable, value in zip(state, saved):
+                variable.assign(value)
+        # The loss over the whole batch and its gradient with respect to the embeddings (and the losses' variables,
+        # and the model's weights through layer regularisers).
+        loss_variables = self.loss_variables_for_model_optimizer()
+        weights = list(self.trainable_variables)
+        with tf.GradientTape() as tape:
+            tape.watch(y_pred["image"])
+            tape.watch(y_pred["text"])
+            total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(total) if self._loss_scaling() else total
+        grads = tape.gradient(scaled, [y_pred["image"], y_pred["text"]] + loss_variables + weights)
+        image_grad, text_grad = grads[0], grads[1]
+        loss_grads = grads[2:2 + len(loss_variables)]
+        accumulated = grads[2 + len(loss_variables):]
+        # Pass 2: each chunk again, with a tape, chained to the embeddings' gradient.
+        after = [tf.convert_to_tensor(g.values) if isinstance(g, tf.IndexedSlices) else g
+                 for g in accumulated if g is not None] + [image_grad, text_grad]
+        for index in range(pieces):
+            with tf.GradientTape() as tape:
+                out = self(piece(index, after), training=True)
+                rows_of = slice(index * chunk, (index + 1) * chunk)
+                surrogate = (tf.reduce_sum(out["image"] * image_grad[rows_of])
+                             + tf.reduce_sum(out["text"] * text_grad[rows_of]))
+            chunk_grads = tape.gradient(surrogate, weights)
+            accumulated = [_add_gradients(a, g) for a, g in zip(accumulated, chunk_grads)]
+            after = [tf.convert_to_tensor(g.values) if isinstance(g, tf.IndexedSlices) else g
+                     for g in accumulated if g is not None]
+        gradients = list(accumulated) + list(loss_grads)
+        return [(self.optimizer, weights + loss_variables)], [gradients], total, y_pred
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         """Keras' pre-`fit` symbolic build, skipped when there is nothing left to build.

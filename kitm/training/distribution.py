@@ -10,8 +10,12 @@ Strategies (`make_strategy`):
 
 Batches. The global batch B is split over R = strategy.num_replicas_in_sync replicas (W workers x L devices
 each): every replica trains on b = B / R rows per step, and gradients are summed across replicas (each
-loss is divided by R, `kitm.losses.base.scale_for_replicas`). A replica's losses see only its own b rows:
-b - 1 negatives per positive pair, whatever R.
+loss is divided by R, `kitm.losses.base.scale_for_replicas`). With local negatives a replica's losses see only its
+own b rows: b - 1 negatives per positive pair, whatever R. With global negatives (`kitm.losses.global_batch`, the
+launcher's default with several replicas where every loss can gather) each replica gathers the others'
+embeddings and its anchors meet all B - 1; its relevance is then its rows of the global batch's, [b, B]: each
+worker's pipeline reads every record, batches B rows, computes their relevance and keeps its replicas' rows
+(`kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in `kitm.experiment.training_run`).
 
 Input (`distributed_training_input`). With R > 1 the training data goes through
 `strategy.distribute_datasets_from_function`: one input pipeline per worker (W pipelines), pipeline w keeps

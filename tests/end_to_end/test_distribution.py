@@ -1,5 +1,5 @@
-"""End to end: two real MultiWorkerMirroredStrategy workers of the launcher on 127.0.0.1 train together, and only the
-chief writes the run directory."""
+"""End to end: two real MultiWorkerMirroredStrategy workers of the launcher on 127.0.0.1 train together (with global
+negatives), and only the chief writes the run directory."""
 
 import json
 import os
@@ -48,6 +48,9 @@ def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["workers"] == {"count": 2, "chief": True} and summary["replicas"] == 2
+    # The triplet resolves --negatives=auto to global: each worker's replica gathers the other's rows, and its
+    # relevance rows [8, 16] come from a pipeline that reads every record (docs/scale.md).
+    assert summary["flags"]["negatives"] == "global"
     # Global batch 16 = 2 replicas x 8 rows: 96 images make 6 steps, not 96 / (2 x 16) = 3.
     assert summary["steps_per_epoch"] == 6 and summary["optimizer_steps"] == 6
     assert np.isfinite(summary["history"]["loss"][0])
@@ -56,7 +59,7 @@ def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_
     assert (run_dir / "export" / "1" / "saved_model.pb").is_file()
     # One checkpoint, one export, one summary: the chief's; the other worker's scratch directory is gone.
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "export", "logs", "summary.json",
-                                                        "vocabulary.txt"]
+                                                        "summary.per_query.npz", "vocabulary.txt"]
     assert list((run_dir / "checkpoints").iterdir()) == [run_dir / "checkpoints" / "last.weights.h5"]
     assert list(scratch.iterdir()) == []
     # The non-chief wrote its summary into its scratch directory (removed since).

@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -95,3 +96,21 @@ def test_the_graded_clip_flagfile_trains_with_graded_infonce_offline(tiny_synthe
     summary = run(config)
     assert summary["epochs_run"] == 1 and "graded_infonce/logit_scale" in summary["history"]
     assert summary["test"]["i2t_NCS@1"] >= 0  # scored with the exact relevance
+
+
+@pytest.mark.slow
+def test_the_clip_finetune_flagfile_trains_on_two_devices_with_global_negatives(tiny_synthetic, tiny_clip, tmp_path,
+                                                                                launch):
+    # Two logical CPU devices (a fresh process: they are split before TensorFlow starts), global negatives and
+    # gradient caching in chunks of 4 of each replica's 8 rows; graded relevance rides along for the monitor.
+    run_dir = tmp_path / "run"
+    result = launch([f"--flagfile={ROOT / 'launch' / 'clip_finetune.flags'}", f"--joint_preset={tiny_clip}",
+                     "--eval_every_epochs=0", "--export=false", "--relevance=truth", "--strategy=mirrored",
+                     "--cpu_devices=2", "--negatives=global", "--grad_cache_chunk=4",
+                     *_quick(tiny_synthetic, run_dir)], timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["replicas"] == 2 and summary["flags"]["negatives"] == "global"
+    assert summary["flags"]["grad_cache_chunk"] == 4 and summary["flags"]["loss"] == ["infonce"]
+    assert summary["epochs_run"] == 1 and np.isfinite(summary["final_train_metrics"]["loss"])
+    assert "infonce/logit_scale" in summary["history"]

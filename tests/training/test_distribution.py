@@ -107,3 +107,20 @@ def test_single_process_is_its_own_chief():
         assert write_dir == pathlib.Path("some/run")
 
 
+
+
+def test_replica_rows_give_each_replica_its_rows_of_the_global_batchs_relevance(tiny_synthetic, tokenizer):
+    # Global negatives: a global batch of 16 cut into 2 replicas' elements of 8 rows, each with its rows of the
+    # global batch's relevance [8, 16]: its images against all 16 captions.
+    from kitm.data.pipeline import replica_rows
+
+    world = synthetic.generate_world(120, seed=7, image_size=32)
+    pieces = list(replica_rows(_build(tiny_synthetic, tokenizer)(16, None, 0), 2).take(2))
+    captions = np.concatenate([y["caption_index"].numpy() for _, y in pieces])
+    facts = world.caption_facts.reshape(-1, CAPTION_FACT_WIDTH)[captions]
+    for x, y in pieces:
+        assert x["image"].shape == (8, 32, 32, 3) and y["relevance"].shape == (8, 16)
+        expected = truth_relevance(world.scene_facts[y["image_index"].numpy()], facts, image_size=32)
+        np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="replicas 2..2 are not among 0..1"):
+        replica_rows(tf.data.Dataset.range(4), 2, first=2, count=1)
