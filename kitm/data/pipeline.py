@@ -294,9 +294,8 @@ def training_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
                        deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
 
 
-def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
-                    shard: tuple[int, int] | None = None):
-    """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
+def _check_shard(config: PipelineConfig, shard: tuple[int, int] | None) -> None:
+    """A shard is (count, index); neighbour-aware batching needs the whole split, neither a shard nor a subset."""
     if shard is not None and not 0 <= shard[1] < shard[0]:
         raise ValueError(f"shard must be (count, index) with 0 <= index < count; got {shard}.")
     if shard is not None and config.neighbor_batching:
@@ -305,6 +304,12 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     if config.train_subset is not None and config.neighbor_batching:
         raise KitmDataError("Neighbour-aware batching draws partners from the whole split; it does not run on a "
                             "subset of it (--train_fraction).")
+
+
+def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
+                    shard: tuple[int, int] | None = None):
+    """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
+    _check_shard(config, shard)
     info, records = _records(root, split, config, training=True, shard=shard)
     num_images = info.num_images(split) if config.train_subset is None else config.train_subset[1]
     if shard is not None:
