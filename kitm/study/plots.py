@@ -13,6 +13,7 @@ import io
 import pathlib
 import re
 
+from kitm.study.dose_response import dose_response_figure, dose_response_rows
 from kitm.study.analysis import StudyAnalysis
 from kitm.files import write_bytes_atomically
 from kitm.study.metrics import DIRECTION_TITLES, DIRECTIONS, curve_metrics, lower_is_better, parse_metric, units
@@ -124,4 +125,8 @@ def write_plots(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[pathlib.
         path = curve_plot(analysis, family, title, plots_dir / f"{name}.png")
         if path is not None:
             written.append(path)
+    for index, block in enumerate(analysis.spec.dose_responses):
+        figure = dose_response_figure(block, dose_response_rows(block, analysis.comparison), _pyplot())
+        if figure is not None:
+            written.append(_save(figure, plots_dir / f"dose_response_{index}.png"))
     return written

@@ -23,6 +23,7 @@ from kitm.study.analysis import StudyAnalysis
 from kitm.files import write_json_atomically, write_text_atomically
 from kitm.study.metrics import decimals, lower_is_better
 from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
+from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
 
 REPORT_MD = "report.md"
@@ -305,6 +306,17 @@ def _commands_section(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[st
     return lines + ["```", "", "</details>", ""]
 
 
+def _dose_response_section(analysis: StudyAnalysis) -> list[str]:
+    """Each [[dose_response]] block's table (kitm.study.dose_response)."""
+    if not analysis.spec.dose_responses:
+        return []
+    lines = ["## Dose-response", "",
+             "Improvement = configuration - baseline at each level, mean [95% t interval] over the paired seeds.", ""]
+    for block in analysis.spec.dose_responses:
+        lines += dose_response_markdown(block, dose_response_rows(block, analysis.comparison), decimals)
+    return lines
+
+
 def _agreement_section(agreement: dict | None) -> list[str]:
     if agreement is None:
         return []
@@ -337,6 +349,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
     lines += _claims_section(analysis)
     lines += _figures_section(analysis)
     lines += _comparisons_section(analysis)
+    lines += _dose_response_section(analysis)
     lines += _agreement_section(agreement)
     lines += ["## Verdict rules", "", *(f"- {rule}" for rule in claim_rules.RULES),
               f"- t(0.975, n-1) for n = 2, 3, 5, 10 seeds: {', '.join(f'{t_quantile(n):.3f}' for n in (2, 3, 5, 10))}.",
@@ -385,6 +398,9 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "bootstrap": {"resamples": RESAMPLES, "rng_seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE,
                       "file": f"<eval json stem>{PER_QUERY_SUFFIX}"},
         "agreement": agreement,
+        "dose_response": [{"name": block.name, "x_label": block.x_label,
+                           "rows": dose_response_rows(block, analysis.comparison)}
+                          for block in spec.dose_responses],
         "verdict_rules": list(claim_rules.RULES),
         "flag_differences": {c: {name: {"baseline": before, "configuration": after}
                                  for name, (before, after) in differences.items()}

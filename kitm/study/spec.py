@@ -84,24 +84,21 @@ import tomllib
 from collections.abc import Mapping
 
 from kitm.eval.relevance_sources import RELEVANCE_SOURCES
+from kitm.study.dose_response import DoseResponse, parse_dose_responses
+from kitm.study.spec_checks import SpecError, _Checker, _describe
 
 # Flags the study sets on every launch and kitm.eval command; a spec that sets them would be silently overridden.
 STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
 STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim", "agreement", "prepare"}
+             "configuration", "claim", "agreement", "prepare", "dose_response"}
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags"}
 _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance", "paper_effect",
                "paper_effect_source", "truth_control", "truth_control_metrics"}
-
-
-class SpecError(ValueError):
-    """A spec that cannot be used; the message names the file and the key."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +171,7 @@ class StudySpec:
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     agreement: Agreement | None = None
     prepare: tuple[Prepare, ...] = ()
+    dose_responses: tuple[DoseResponse, ...] = ()
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -195,74 +193,8 @@ class StudySpec:
                 "claims": [claim.as_dict() for claim in self.claims],
                 "agreement": None if self.agreement is None else self.agreement.as_dict(),
                 "prepare": [step.as_dict() for step in self.prepare],
-                "metrics": None if self.metrics is None else list(self.metrics)}
-
-
-class _Checker:
-    """Type checks that name the spec file and the key path in their errors."""
-
-    def __init__(self, path: pathlib.Path):
-        self.path = path
-
-    def fail(self, key: str, message: str) -> SpecError:
-        return SpecError(f"{self.path}: {key}: {message}")
-
-    def require(self, table: Mapping[str, object], prefix: str, keys, why: str = "") -> None:
-        """Raise for the first of `keys` missing from `table` (named `<prefix>.<key>`, or `<key>` at the top)."""
-        for key in keys:
-            if key not in table:
-                raise self.fail(f"{prefix}.{key}" if prefix else key, f"missing (required){why}.")
-
-    def table(self, value: object, key: str, allowed: set[str]) -> Mapping[str, object]:
-        if not isinstance(value, Mapping):
-            raise self.fail(key, f"must be a table; got {_describe(value)}.")
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            where = f"{key}." if key != "(top level)" else ""
-            raise self.fail(f"{where}{unknown[0]}", f"unknown key (known: {', '.join(sorted(allowed))}).")
-        return value
-
-    def string(self, value: object, key: str, *, pattern: re.Pattern | None = None) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"must be a non-empty string; got {_describe(value)}.")
-        if pattern is not None and not pattern.match(value):
-            raise self.fail(key, f"{value!r} must be letters, digits, '_', '-' or '.', starting with a letter or "
-                                 "digit (it names a folder).")
-        return value
-
-    def strings(self, value: object, key: str) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise self.fail(key, f"must be a list of strings; got {_describe(value)}.")
-        return tuple(self.string(item, f"{key}[{i}]") for i, item in enumerate(value))
-
-    def flags(self, value: object, key: str, forbidden: tuple[str, ...]) -> tuple[str, ...]:
-        flags = self.strings(value, key)
-        for i, flag in enumerate(flags):
-            if not flag.startswith("--"):
-                raise self.fail(f"{key}[{i}]", f"{flag!r} is not a flag: each entry is one '--name=value' "
-                                               "(or '--name') string.")
-            name = flag[2:].split("=", 1)[0]
-            if not _FLAG_NAME.match(name):
-                raise self.fail(f"{key}[{i}]", f"{flag!r} is not one '--name=value' flag (a flag and its value "
-                                               "are one string joined by '=').")
-            if name in forbidden:
-                raise self.fail(f"{key}[{i}]", f"--{name} is set by the study on every command (each run gets "
-                                               "its own); remove it from the spec.")
-            if name == "flagfile":
-                target = flag.split("=", 1)[1] if "=" in flag else ""
-                if not target or not pathlib.Path(target).is_file():
-                    raise self.fail(f"{key}[{i}]", f"flagfile {target!r} does not exist (flagfile paths are "
-                                                   f"relative to the current directory, {pathlib.Path.cwd()}).")
-        return flags
-
-    def number(self, value: object, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise self.fail(key, f"must be a number >= 0; got {_describe(value)}.")
-        return float(value)
-
-
-def _describe(value: object) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+                "metrics": None if self.metrics is None else list(self.metrics),
+                "dose_responses": [dose.as_dict() for dose in self.dose_responses]}
 
 
 def load_spec(path: str | pathlib.Path) -> StudySpec:
@@ -312,10 +244,11 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
         raise check.fail("claim", "two claims have the same name.")
     agreement = _parse_agreement(check, raw["agreement"]) if "agreement" in raw else None
     prepare = _parse_prepare(check, raw.get("prepare", []))
+    dose_responses = parse_dose_responses(check, raw.get("dose_response", []), names)
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
-                     prepare=tuple(prepare))
+                     prepare=tuple(prepare), dose_responses=dose_responses)
 
 
 def _parse_seeds(check: _Checker, seeds: object) -> list[int]:
