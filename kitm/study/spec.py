@@ -38,6 +38,8 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     sources = ["cider", "sbert"]      # default these two
     reference = "truth"               # default truth
 
+    [[dose_response]]                 # optional: a gain against a property of the data (kitm.study.dose_response)
+
     [[claim]]                         # optional, any number
     name = "SAM improves semantic metrics while keeping R@K"
     configuration = "sam"
