@@ -13,7 +13,7 @@ import pathlib
 
 from kitm.errors import KitmConfigError, KitmDataError, option
 from kitm.experiment.config import ExperimentConfig
-from kitm.experiment.objectives import check_objective, required_relevance_slots, uses_center_phases, \
+from kitm.experiment.objectives import required_relevance_slots, uses_center_phases, \
     uses_neighbor_batching
 from kitm.experiment.presets import DATASET_PRESETS, preset_settings  # noqa: F401  (re-exported)
 
@@ -156,7 +156,6 @@ def check_against_data(config: ExperimentConfig, info) -> None:
     if config.training.batch_size > samples:
         raise KitmConfigError(f"{option('batch_size')}={config.training.batch_size} is larger than the {samples} "
                               f"training samples of {directory}; lower {option('batch_size')}.")
-    check_objective(config)
     if data.train_fraction < 1.0 and (uses_neighbor_batching(config) or uses_center_phases(config)):
         raise KitmConfigError(f"{option('train_fraction')}={data.train_fraction} is not supported with "
                               f"{option('loss')}=neighborhood or {option('loss')}=centers (their batches and centres "

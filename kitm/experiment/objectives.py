@@ -254,9 +254,9 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
     """(losses, weights) for `DualEncoder.compile(losses=..., loss_weights=...)` from `loss` and `loss_weights`.
 
     Create under the strategy's scope. Each loss is keyed (and logged) by its objective's key (`sam/...`,
-    `ladder/...`). `steps_per_epoch` turns hardest_warmup_epochs into steps.
+    `ladder/...`). `steps_per_epoch` turns hardest_warmup_epochs into steps. The settings were checked when the
+    configuration was made (`kitm.experiment.experiment_config` runs `check_objective`).
     """
-    check_objective(config)
     names = config.objective.loss
     weights = config.objective.loss_weights or (1.0,) * len(names)
     warmup = hardest_warmup_steps(config, steps_per_epoch)

@@ -10,7 +10,7 @@ one way: config -> objectives -> presets -> datasets -> runner.
 from __future__ import annotations
 
 from kitm.experiment.config import ExperimentConfig
-from kitm.experiment.objectives import uses_center_phases
+from kitm.experiment.objectives import check_objective, uses_center_phases
 
 _PHOTO_PRESETS = {
     "image_encoder": "resnet152", "weights": "imagenet", "image_size": 224, "flip": True, "eval_crop_fraction": 0.875,
@@ -62,6 +62,8 @@ def preset_settings(config: ExperimentConfig) -> dict:
 def experiment_config(dataset: str = "synthetic", **settings) -> ExperimentConfig:
     """The configuration the launcher would run for `--dataset=<dataset>` and `settings` (flat names, e.g.
     `epochs=2, loss=["triplet", "sam"], relevance="truth"`): the dataset's presets fill every setting not given.
+    The objective settings are checked here, once (`kitm.experiment.objectives.check_objective`); the records and
+    the run check only what needs them.
 
     >>> config = experiment_config("synthetic", epochs=2, run_dir="runs/quick")
     >>> config.model.image_encoder, config.training.epochs
@@ -69,4 +71,6 @@ def experiment_config(dataset: str = "synthetic", **settings) -> ExperimentConfi
     """
     given = {"dataset": dataset, **settings}
     config = ExperimentConfig()._with(given, explicit=True)
-    return config._with(preset_settings(config), explicit=False)
+    config = config._with(preset_settings(config), explicit=False)
+    check_objective(config)  # the objective's one check, when the configuration is made
+    return config
