@@ -9,6 +9,8 @@ configuration fields' names), so one message serves both:
 
 from __future__ import annotations
 
+import argparse
+
 import re
 
 _MARK = "\x00"
@@ -56,3 +58,15 @@ class KitmWriteError(KitmError, OSError):
 
 class DistributionError(KitmConfigError):
     """A distribution strategy or cluster description (TF_CONFIG) that cannot be used."""
+
+
+class CliError(KitmConfigError):
+    """Bad arguments or input of a command line: printed as one line, exit status 2."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line naming --help (a CliError), the same shape as every other error, instead
+    of a usage block and an exit."""
+
+    def error(self, message: str):
+        raise CliError(f"{message} (see {self.prog} --help)")

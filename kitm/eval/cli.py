@@ -47,7 +47,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kitm.errors import KitmConfigError, KitmError
+from kitm.errors import CliError, KitmError, OneLineArgumentParser
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
 from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, format_report,
@@ -59,9 +59,6 @@ PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
 
 
-class CliError(KitmConfigError):
-    """Bad arguments or input: printed as one line, exit status 2."""
-
 
 _EXAMPLES = """examples:
   python -m kitm.eval --run_dir=runs/synthetic --split=test --relevance=truth
@@ -71,13 +68,10 @@ _EXAMPLES = """examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage block: the same shape as every other error
-        raise CliError(f"{message} (see python -m {PROG} --help)")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = OneLineArgumentParser(prog=f"python -m {PROG}",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Score a kitm run directory or a saved similarity matrix: a JSON report and a "
                                  "table.",
                      epilog=_EXAMPLES)

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kitm.errors import KitmConfigError
+from kitm.errors import CliError, OneLineArgumentParser
 from kitm.index.build import DEFAULT_CHUNK, BuildOptions
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL
 
@@ -26,17 +26,11 @@ PROG = "kitm.index"
 EXIT_BAD_INPUT = 2
 
 
-class CliError(KitmConfigError):
-    """Bad arguments: printed as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise CliError(f"{message} (see python -m {PROG} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = OneLineArgumentParser(prog=f"python -m {PROG}",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Embed a folder of photos, or a built dataset's split, into a searchable index (faiss).")
     model = parser.add_argument_group("the model (one of --run, --export_dir)")
     model.add_argument("--run", help="Run directory of python -m kitm.launch: its newest SavedModel export/<n> "

@@ -17,23 +17,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kitm.errors import KitmConfigError
+from kitm.errors import CliError, OneLineArgumentParser
 
 PROG = "kitm.search"
 EXIT_BAD_INPUT = 2
 
 
-class CliError(KitmConfigError):
-    """Bad arguments: printed as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise CliError(f"{message} (see python -m {PROG} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = OneLineArgumentParser(prog=f"python -m {PROG}",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Serve a web page (and a JSON API) that searches a kitm index by caption or by "
                                  "image.")
     parser.add_argument("--index", required=True, help="An index folder written by python -m kitm.index.")
