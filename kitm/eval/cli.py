@@ -72,7 +72,7 @@ _EXAMPLES = """examples:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
-                     description="Score a kitm run directory or a saved similarity matrix: a JSON report and a "
+                                   description="Score a kitm run directory or a saved similarity matrix: a JSON report and a "
                                  "table.",
                      epilog=_EXAMPLES)
     source = parser.add_argument_group("what to score (one of --run_dir, --sims)")

@@ -31,7 +31,8 @@ EXIT_BAD_INPUT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
-                     description="Embed a folder of photos, or a built dataset's split, into a searchable index (faiss).")
+                                   description="Embed a folder of photos, or a built dataset's split, into a "
+                                               "searchable index (faiss).")
     model = parser.add_argument_group("the model (one of --run, --export_dir)")
     model.add_argument("--run", help="Run directory of python -m kitm.launch: its newest SavedModel export/<n> "
                                      "embeds, and its dataset is the default --images.")

@@ -28,8 +28,8 @@ EXIT_BAD_INPUT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
-                     description="Serve a web page (and a JSON API) that searches a kitm index by caption or by "
-                                 "image.")
+                                   description="Serve a web page (and a JSON API) that searches a kitm index by "
+                                               "caption or by image.")
     parser.add_argument("--index", required=True, help="An index folder written by python -m kitm.index.")
     parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default 8000).")
     parser.add_argument("--host", default="127.0.0.1",
