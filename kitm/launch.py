@@ -272,13 +272,6 @@ flags.DEFINE_string("run_dir", None, "Run directory (default runs/<dataset>); a 
 KITM_FLAG_NAMES = sorted(set(FLAGS) - _FLAGS_BEFORE_KITM)
 
 
-def _check_margin(value):
-    return value >= 0
-
-
-flags.register_validator("margin", _check_margin, message="--margin must be >= 0 (a hinge margin).")
-
-
 class LaunchError(KitmConfigError):
     """A problem with the flags or the data that stops the run before it starts (its message names the flags)."""
 

@@ -191,6 +191,12 @@ def check_objective(config: ExperimentConfig) -> None:
     if "centers" in names and len(names) > 1:
         raise KitmConfigError(f"{shown}: centers is a whole objective trained in phases (triplet, centre and "
                               "classification terms); use it alone.")
+    from kitm.losses.base import check_margin
+
+    try:  # every objective's first (or only) hinge margin; the loss's own rule, applied before any data is built
+        check_margin(config.objective.margin)
+    except ValueError as error:
+        raise KitmConfigError(f"{option('margin')}={config.objective.margin}: {error}") from error
     needs_relevance = [name for name in names if OBJECTIVES[name].needs_relevance]
     if needs_relevance and config.data.relevance == "none":
         raise KitmConfigError(f"{option('loss')}={needs_relevance[0]} learns from graded relevance: set "

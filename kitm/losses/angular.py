@@ -55,7 +55,7 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, check_margin
 from kitm.ops import similarity as sim_ops
 
 BASES = ("angular", "triplet")
@@ -164,9 +164,7 @@ def squared_distance_triplet_loss(anchors, positives, negatives=None, *, margin:
                                   negative_mask=None) -> tf.Tensor:
     """N-pair triplet loss on squared Euclidean distances per anchor [B] (Thomas & Kovashka, Eq. 1, N-pairs):
     `sum_j [ |a_i - p_i|^2 - |a_i - n_j|^2 + m ]+`. Arguments as in `angular_loss`."""
-    margin = float(margin)
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0; got {margin}.")
+    margin = check_margin(margin)
     anchors, positives, pool, negative_mask = _pool_and_mask(anchors, positives, negatives, negative_mask)
     pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)
     to_negative = (tf.reduce_sum(tf.square(anchors), axis=1)[:, None]
@@ -277,9 +275,7 @@ class NeighborhoodAngularLoss(RetrievalLoss):
                 raise ValueError(f"{weight_name} must be >= 0; got {weight}.")
         self.angle_degrees = _check_angle(angle_degrees)
         self.form = _check_form(form)
-        self.margin = float(margin)
-        if self.margin < 0:
-            raise ValueError(f"margin must be >= 0; got {self.margin}.")
+        self.margin = check_margin(margin)
 
     def _loss(self, anchors, positives, negatives, negative_mask):
         if self.base == "angular":

@@ -41,6 +41,16 @@ from kitm.losses.global_batch import GlobalBatch, check_negatives, global_batch,
 from kitm.ops.similarity import cosine_similarity_matrix
 
 
+def check_margin(margin: float) -> float:
+    """A hinge margin as a float, refused when negative: `[m + s(negative) - s(positive)]+` with m < 0 would reward
+    ranking the negative above the positive. Every margin-based loss (and the experiment configuration, before any
+    data is built) checks its margin here, so the rule lives in one place."""
+    margin = float(margin)
+    if not margin >= 0:
+        raise ValueError(f"margin must be >= 0 (a hinge margin); got {margin}.")
+    return margin
+
+
 def reduce_per_row(values: tf.Tensor, reduction: str | None) -> tf.Tensor:
     """Reduce a [B] vector of per-row loss values the way `keras.losses.Loss` would."""
     if reduction in (None, "none"):

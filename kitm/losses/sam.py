@@ -52,9 +52,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, check_margin
 from kitm.losses.samplers import check_sampling, sample_negatives
-from kitm.losses.triplet import _check_margin, triplet_terms
+from kitm.losses.triplet import triplet_terms
 from kitm.ops.similarity import negative_mask
 
 PAIRINGS = ("matched", "reference")
@@ -226,7 +226,7 @@ class SAMLoss(RetrievalLoss):
         self.sam_weight = _check_weight("sam_weight", sam_weight)
         if self.triplet_weight == 0 and self.sam_weight == 0:
             raise ValueError("triplet_weight and sam_weight are both 0: the loss would be identically 0.")
-        self.margin = _check_margin(margin)
+        self.margin = check_margin(margin)
         self.max_violation = bool(max_violation)
         self.max_margin = _check_max_margin(max_margin)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):

@@ -19,15 +19,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss, hardest_or_sum
+from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
 from kitm.ops.similarity import negative_mask
-
-
-def _check_margin(margin: float) -> float:
-    margin = float(margin)
-    if margin < 0:
-        raise ValueError(f"Triplet margin must be >= 0; got {margin}.")
-    return margin
 
 
 def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
@@ -63,7 +56,7 @@ def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: boo
 def triplet_loss(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
                  image_index: tf.Tensor | None = None) -> tf.Tensor:
     """VSE++ triplet loss per batch row [B]; its sum is the loss of docs/methods.md#triplet (see module docstring)."""
-    margin = _check_margin(margin)
+    margin = check_margin(margin)
     i2t, t2i = triplet_terms(similarity, margin, max_violation, image_index)
     return i2t + t2i
 
@@ -90,7 +83,7 @@ class TripletLoss(RetrievalLoss):
                  reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, negatives: str = "local"):
         super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
                          negatives=negatives)
-        self.margin = _check_margin(margin)
+        self.margin = check_margin(margin)
         self.max_violation = bool(max_violation)
 
     def compute_terms(self, y_true, y_pred):
