@@ -253,7 +253,8 @@ def torch_batch(batch: dict) -> dict:
 # kitm's equivalent.
 
 def kitm_vsepp_model(shapes: Shapes, losses: dict, *, jit_compile=False, learning_rate: float = 2e-4,
-                     grad_clip: float = 2.0, image_tower: str = "identity", text_width: int | None = None):
+                     grad_clip: float = 2.0, image_tower: str = "identity", text_width: int | None = None,
+                     recurrence: str = "masked"):
     import keras
 
     from kitm.layers import GRUTextEncoder
@@ -265,7 +266,8 @@ def kitm_vsepp_model(shapes: Shapes, losses: dict, *, jit_compile=False, learnin
         FeatureMLP(shapes.embed, name="image_backbone")
     # XLA needs static shapes: the encoder keeps the fixed width there, as kitm's launcher builds it.
     text_encoder = GRUTextEncoder(shapes.vocabulary, shapes.word_dim, shapes.embed, bidirectional=False,
-                                  trim_padding=jit_compile is not True, name="text_backbone")
+                                  trim_padding=jit_compile is not True, recurrence=recurrence,
+                                  name="text_backbone")
     model = DualEncoder(image_encoder, text_encoder, shapes.embed, name="dual_encoder")
     optimizer = keras.optimizers.Adam(learning_rate, global_clipnorm=grad_clip)
     model.compile(optimizer, losses=losses, jit_compile=jit_compile)

@@ -157,7 +157,7 @@ def clip_tokenizer(open_clip):
     return keras_hub.tokenizers.CLIPTokenizer(vocabulary={t: i for i, t in enumerate(tokens)}, merges=merges)
 
 
-def kitm_model(config: dict, *, learning_rate: float, weight_decay: float, seed: int = 0):
+def kitm_model(config: dict, *, learning_rate: float, weight_decay: float, seed: int = 0, fused: bool = True):
     """The DualEncoder with keras-hub CLIP towers of `config` (open_clip's configuration dict), compiled."""
     import keras
     import keras_hub
@@ -184,8 +184,11 @@ def kitm_model(config: dict, *, learning_rate: float, weight_decay: float, seed:
         HubImageTower(image_encoder, "clip", [1.0 / s for s in std], [-m / s for m, s in zip(mean, std)],
                       name="image_backbone"),
         HubTextTower(text_encoder, "clip", name="text_backbone"), config["embed_dim"], name="dual_encoder")
-    optimizer = keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, beta_1=0.9, beta_2=0.98,
-                                       epsilon=1e-6)
+    from kitm.training.fused_adam import FusedAdam
+
+    # kitm's launcher uses the fused update for keras-hub towers (--fused_update=auto); --optimizer=keras: Keras' AdamW.
+    optimizer = (FusedAdam if fused else keras.optimizers.AdamW)(learning_rate, weight_decay=weight_decay, beta_1=0.9,
+                                                                 beta_2=0.98, epsilon=1e-6)
     model.compile(optimizer, losses={"infonce": InfoNCELoss()})
     return model
 
@@ -250,6 +253,9 @@ def main() -> None:
     parser.add_argument("--open_clip_path", default="/tmp/oc", help="where open_clip_torch was pip-installed")
     parser.add_argument("--phases", action="store_true", help="also time forward / gradient / apply on both sides")
     parser.add_argument("--skip_throughput", action="store_true")
+    parser.add_argument("--optimizer", default="fused", choices=["fused", "keras"],
+                        help="kitm's AdamW: fused (kitm.training.fused_adam, the launcher's choice for keras-hub "
+                             "towers) or Keras' own")
     parser.add_argument("--quick", action="store_true", help="tiny CLIP, 2 pairs: the smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -272,7 +278,8 @@ def main() -> None:
     data = make_batch(config, batch)
     x = {"image": tf.constant(data["images"]), "tokens": {"token_ids": tf.constant(data["tokens"], tf.int32)}}
     y = {"image_index": tf.range(batch, dtype=tf.int32)}
-    model = kitm_model(config, learning_rate=lr, weight_decay=wd)
+    model = kitm_model(config, learning_rate=lr, weight_decay=wd, fused=args.optimizer == "fused")
+    print(f"kitm optimizer: {type(model.optimizer).__name__}", flush=True)
     model.build_from_inputs({"image": tf.TensorSpec([None, *data["images"].shape[1:]], tf.float32),
                              "tokens": {"token_ids": tf.TensorSpec([None, data["tokens"].shape[1]], tf.int32)}})
 

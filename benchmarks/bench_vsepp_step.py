@@ -11,7 +11,8 @@ Rows: kitm as Keras compiles it on a CPU (jit_compile "auto" = off there), kitm 
 then runs over the whole padded width, XLA needing static shapes), and kitm fed its pipeline's fixed caption width
 (max_caption_length 32), which the GRU text encoder trims to each batch's longest caption (`trim_padding`; the
 reference packs each caption to its own length). Each row prints every pair (kitm, peer), the median ratio and its
-spread. The row "equal_lengths" gives every caption of a batch the batch's mean length, on both sides: the
+spread. The row "packed" is kitm with `GRUTextEncoder(recurrence="packed")`, which skips the rows whose caption
+has ended, as the reference's packed sequences do (kitm.layers.packed_gru). The row "equal_lengths" gives every caption of a batch the batch's mean length, on both sides: the
 reference's packed GRU then skips no padded step, so the two sides do the same work.
 
     python benchmarks/bench_vsepp_step.py [--repeats 7] [--steps 3] [--quick]
@@ -29,13 +30,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed pairs per row")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed block")
-    parser.add_argument("--rows", default="keras_default,xla,width32", help="which kitm variants to compare")
+    parser.add_argument("--rows", default="keras_default,packed,xla,width32", help="which kitm variants to compare")
     parser.add_argument("--torch_threads", type=int, default=1, help="the peer's threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 pairs: the smoke test")
     args = parser.parse_args()
     shapes = side.QUICK if args.quick else side.FULL
     repeats, steps = (2, 1) if args.quick else (args.repeats, args.steps)
-    rows = "keras_default" if args.quick else args.rows  # quick: one row, the smoke test's budget
+    rows = "keras_default,packed" if args.quick else args.rows  # quick: one row, the smoke test's budget
 
     import tensorflow as tf
     import torch
@@ -56,6 +57,7 @@ def main() -> None:
 
     results = []
     variants = {"keras_default": dict(jit_compile="auto", pad_to=None),
+                "packed": dict(jit_compile="auto", pad_to=None, recurrence="packed"),
                 "xla": dict(jit_compile=True, pad_to=None),
                 "width32": dict(jit_compile="auto", pad_to=32),
                 "equal_lengths": dict(jit_compile="auto", pad_to=None, equal_lengths=True)}
@@ -68,7 +70,8 @@ def main() -> None:
             kitm_batches = batches if variant["pad_to"] is None else side.make_batches(4, shapes, pad_to=32)
             peer_inputs = itertools.cycle([side.torch_batch(b) for b in batches])
         model = side.kitm_vsepp_model(shapes, {"triplet": TripletLoss(0.2, max_violation=True)},
-                                      jit_compile=variant["jit_compile"])
+                                      jit_compile=variant["jit_compile"],
+                                      recurrence=variant.get("recurrence", "masked"))
         inputs = itertools.cycle([side.kitm_inputs(b) for b in kitm_batches])
 
         def kitm_step():

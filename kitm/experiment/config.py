@@ -55,6 +55,9 @@ class ModelConfig:
     image_tower_lr_multiplier: float = 1.0  # the image tower's learning rate = learning_rate x this
     text_tower_lr_multiplier: float = 1.0
     text_bidirectional: bool = True  # False: one forward GRU, as the VSE++ reference code
+    # masked: Keras' GRU over every row; packed: finished rows skipped (kitm.layers.packed_gru), equal to float
+    # rounding and faster, but not the default, so that figures trained before it repeat bit for bit.
+    text_recurrence: str = "masked"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,10 @@ class TrainingConfig:
     warmup_steps: int = 0
     mixed_precision: bool = False
     jit_compile: str = "auto"  # auto, true, false
+    # Adam's update of each variable as TensorFlow's fused kernel (kitm.training.fused_adam): auto = on for keras-hub
+    # towers (where the update is a share of the step worth fusing), off for the papers' towers, whose figures then
+    # repeat bit for bit; true / false force it.
+    fused_update: str = "auto"
     finetune_after_epochs: int = 0
     finetune_learning_rate: float | None = None
     seed: int = 0

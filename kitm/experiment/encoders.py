@@ -30,9 +30,14 @@ def _gru_text_encoder(config: ExperimentConfig, vocabulary_size: int):
     from kitm.layers import GRUTextEncoder
 
     # Trimming each batch's padding (GRUTextEncoder) gives data-dependent shapes that XLA cannot compile.
+    if config.model.text_recurrence == "packed" and str(config.training.jit_compile).lower() == "true":
+        raise KitmConfigError(f"{option('text_recurrence')}=packed runs a loop over data-dependent row counts, "
+                              f"which XLA cannot compile: use {option('text_recurrence')}=masked with "
+                              f"{option('jit_compile')}=true.")
     return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units,
                           bidirectional=config.model.text_bidirectional,
-                          trim_padding=str(config.training.jit_compile).lower() != "true", name="text_backbone")
+                          trim_padding=str(config.training.jit_compile).lower() != "true",
+                          recurrence=config.model.text_recurrence, name="text_backbone")
 
 
 # The papers' towers: a small CNN (the synthetic world), ResNets (ImageNet weights; VSE++, SAM, the ladder loss),
@@ -80,6 +85,10 @@ HUB = "hub"
 
 def uses_hub_text(config: ExperimentConfig) -> bool:
     return config.model.text_encoder == HUB or bool(config.model.joint_preset)
+
+
+def uses_hub_image(config: ExperimentConfig) -> bool:
+    return config.model.image_encoder == HUB or bool(config.model.joint_preset)
 
 
 def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
@@ -234,16 +243,22 @@ def apply_tower_training(config: ExperimentConfig, model) -> None:
 
 
 def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
-    """Adam; with a tower learning-rate multiplier other than 1, Adam with per-tower rates
-    (kitm.training.tower_learning_rates)."""
+    """Adam: Keras' or the fused one (kitm.training.fused_adam; `fused_update`, auto = for keras-hub towers), with
+    per-tower rates where a tower learning-rate multiplier is not 1 (kitm.training.tower_learning_rates)."""
     import keras
 
-    model_settings = config.model
-    if model_settings.image_tower_lr_multiplier == 1.0 and model_settings.text_tower_lr_multiplier == 1.0:
-        return keras.optimizers.Adam(learning_rate, **kwargs)
-    from kitm.training.tower_learning_rates import TowerLearningRateAdam
+    from kitm.training.fused_adam import FusedAdam
+    from kitm.training.tower_learning_rates import FusedTowerLearningRateAdam, TowerLearningRateAdam
 
-    optimizer = TowerLearningRateAdam(learning_rate, **kwargs)
+    model_settings = config.model
+    fused = str(config.training.fused_update).lower()
+    if fused not in ("auto", "true", "false"):
+        raise KitmConfigError(f"{option('fused_update')}={config.training.fused_update}: expected auto, true or "
+                              "false.")
+    fused = fused == "true" or (fused == "auto" and (uses_hub_image(config) or uses_hub_text(config)))
+    if model_settings.image_tower_lr_multiplier == 1.0 and model_settings.text_tower_lr_multiplier == 1.0:
+        return (FusedAdam if fused else keras.optimizers.Adam)(learning_rate, **kwargs)
+    optimizer = (FusedTowerLearningRateAdam if fused else TowerLearningRateAdam)(learning_rate, **kwargs)
     optimizer.set_multiplier(model.image_encoder.trainable_variables, model_settings.image_tower_lr_multiplier)
     optimizer.set_multiplier(model.text_encoder.trainable_variables, model_settings.text_tower_lr_multiplier)
     return optimizer

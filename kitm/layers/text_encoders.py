@@ -7,6 +7,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from kitm.layers.packed_gru import packed_gru
+
 
 @keras.saving.register_keras_serializable(package="kitm")
 class GRUTextEncoder(keras.layers.Layer):
@@ -22,15 +24,23 @@ class GRUTextEncoder(keras.layers.Layer):
     third of the steps; this is what PyTorch's `pack_padded_sequence` buys the papers' code. The trimmed width
     depends on the data, which XLA cannot compile, so a trimming encoder says `supports_jit = False` (Keras'
     `jit_compile="auto"` then leaves XLA off); build it with `trim_padding=False` to train under `jit_compile=True`.
+
+    `recurrence`: "masked" (default) runs Keras' GRU over every row of the (trimmed) width; "packed" skips the rows
+    whose caption has ended (`kitm.layers.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead
+    of B x the longest, on the same weights, equal to float rounding. Packed assumes the padding (id 0) trails each
+    caption, as kitm's tokenizers write it, and is not XLA-compilable either.
     """
 
     def __init__(self, vocabulary_size: int, word_dim: int = 300, units: int = 512, bidirectional: bool = True,
-                 trim_padding: bool = True, **kwargs):
+                 trim_padding: bool = True, recurrence: str = "masked", **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size, self.word_dim, self.units = int(vocabulary_size), int(word_dim), int(units)
         self.bidirectional = bool(bidirectional)
         self.trim_padding = bool(trim_padding)
-        self.supports_jit = not self.trim_padding
+        if recurrence not in ("masked", "packed"):
+            raise ValueError(f"recurrence must be 'masked' or 'packed'; got {recurrence!r}.")
+        self.recurrence = recurrence
+        self.supports_jit = not self.trim_padding and recurrence == "masked"
         self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
         if self.bidirectional:
             self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")
@@ -46,8 +56,21 @@ class GRUTextEncoder(keras.layers.Layer):
         if self.trim_padding:
             token_ids = self._trimmed(token_ids)
         embedded = self.embedding(token_ids)
+        if self.recurrence == "packed":
+            return self._packed(embedded, tf.reduce_sum(tf.cast(tf.not_equal(token_ids, 0), tf.int32), axis=1))
         mask = self.embedding.compute_mask(token_ids)
         return self.gru(embedded, mask=mask, training=training)
+
+    def _packed(self, embedded, lengths):
+        """The GRU's final states through `packed_gru`, on the Keras GRU's own weights."""
+        def final_state(gru, reverse=False):
+            cell = gru.cell
+            return packed_gru(embedded, lengths, cell.kernel, cell.recurrent_kernel, cell.bias, reverse=reverse)
+
+        if not self.bidirectional:
+            return final_state(self.gru)
+        return tf.concat([final_state(self.gru.forward_layer),
+                          final_state(self.gru.backward_layer, reverse=True)], axis=1)
 
     @staticmethod
     def _trimmed(token_ids):
@@ -61,5 +84,6 @@ class GRUTextEncoder(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(vocabulary_size=self.vocabulary_size, word_dim=self.word_dim, units=self.units,
-                      bidirectional=self.bidirectional, trim_padding=self.trim_padding)
+                      bidirectional=self.bidirectional, trim_padding=self.trim_padding,
+                      recurrence=self.recurrence)
         return config

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import keras
 
+from kitm.training.fused_adam import FusedAdam
+
 
 @keras.saving.register_keras_serializable(package="kitm")
 class TowerLearningRateAdam(keras.optimizers.Adam):
@@ -37,3 +39,9 @@ class TowerLearningRateAdam(keras.optimizers.Adam):
         if multiplier != 1.0:
             learning_rate = keras.ops.multiply(keras.ops.cast(learning_rate, variable.dtype), multiplier)
         return super().update_step(gradient, variable, learning_rate)
+
+
+@keras.saving.register_keras_serializable(package="kitm")
+class FusedTowerLearningRateAdam(TowerLearningRateAdam, FusedAdam):
+    """Per-tower learning rates over the fused update (kitm.training.fused_adam): the multiplier scales the rate,
+    the fused pass applies it."""
