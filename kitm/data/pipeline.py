@@ -148,10 +148,18 @@ def check_image_input(info: schema.DatasetInfo) -> None:
                             "(python -m kitm.data.build ... --images=<folder>).")
 
 
+def _with_pixels(parsed: dict) -> dict:
+    """A parsed record with its image decoded ("image/pixels", uint8) in place of the encoded bytes."""
+    return {**{key: value for key, value in parsed.items() if key != "image/encoded"},
+            "image/pixels": decode_pixels(parsed["image/encoded"])}
+
+
 def image_input(parsed: dict, info: schema.DatasetInfo) -> tf.Tensor:
     """The model's image input from a parsed record: pixels, a feature vector, or mean-pooled regions.
 
     Captions-only datasets never get here: `_records` refuses them before tracing (`check_image_input`)."""
+    if "image/pixels" in parsed:  # decoded already (`_with_pixels`)
+        return parsed["image/pixels"]
     if info.image_mode == "encoded":
         return decode_pixels(parsed["image/encoded"])  # uint8: the views convert after cropping
     if info.image_mode == "feature":
@@ -355,6 +363,11 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
             records = records.cache()
         dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed,
                                   reshuffle_each_iteration=True)
+        if info.image_mode == "encoded":
+            # Decode here, in parallel: flat_map below runs its function on one thread, where the decode was the
+            # pipeline's serial bottleneck on many cores. After the shuffle, so its buffer holds compressed bytes.
+            dataset = dataset.map(_with_pixels, num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=config.deterministic)
         # The caption drawn for each image: stateless, from its own seed pair (a stream apart from augment's).
         caption_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2).map(
             lambda pair: tf.random.experimental.stateless_fold_in(pair, 1))

@@ -119,3 +119,16 @@ def test_train_subset_reads_a_fixed_subset_of_the_training_images(tiny_synthetic
         assert set(seen.tolist()) <= set(kept.tolist()) and len(set(seen.tolist())) >= 20
     with pytest.raises(KitmDataError, match="batch_size 16 is larger than the 5 training samples"):
         training_dataset(tiny_synthetic, "train", tokenizer, _config(train_subset=(int(ids[4]), 5)))
+
+
+def test_records_decoded_ahead_give_the_same_pixels(tiny_synthetic):
+    """The training pipeline decodes each record's image in a parallel map (`_with_pixels`) before the serial
+    flat_map; `image_input` then returns those pixels, the same as decoding the bytes itself."""
+    from kitm.data.pipeline import _records, _with_pixels, image_input
+
+    info, records = _records(tiny_synthetic, "train", PipelineConfig(batch_size=4), training=False)
+    for parsed in records.take(3):
+        decoded = _with_pixels(parsed)
+        assert "image/encoded" not in decoded and set(parsed) - {"image/encoded"} <= set(decoded)
+        np.testing.assert_array_equal(image_input(decoded, info).numpy(), image_input(parsed, info).numpy())
+        assert decoded["image/pixels"].dtype == tf.uint8
