@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     shapes = side.QUICK if args.quick else side.FULL
     repeats, steps = (2, 1) if args.quick else (args.repeats, args.steps)
-    rows = "keras_default,packed" if args.quick else args.rows  # quick: one row, the smoke test's budget
+    rows = "keras_default,packed" if args.quick else args.rows  # quick: two rows, the smoke test's budget
 
     import tensorflow as tf
     import torch

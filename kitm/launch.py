@@ -94,7 +94,7 @@ flags.DEFINE_bool("text_bidirectional", _default("text_bidirectional"),
                   "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code.")
 flags.DEFINE_enum("text_recurrence", _default("text_recurrence"), ["masked", "packed"],
                   "GRU text tower: masked (Keras' GRU over every caption to the batch's longest) or packed (each "
-                  "caption only to its own end, as PyTorch's packed sequences; equal to float rounding, faster; "
+                  "caption only to its own end, as PyTorch's packed sequences; equal to float rounding, faster on a CPU; "
                   "not with --jit_compile=true). docs/performance.md.")
 # Objective.
 flags.DEFINE_list("loss", _default("loss"),
@@ -216,7 +216,7 @@ flags.DEFINE_enum("jit_compile", _default("jit_compile"), ["auto", "true", "fals
                   "XLA-compile the training step (auto: Keras' choice, on with a GPU, off on CPU).")
 flags.DEFINE_enum("fused_update", _default("fused_update"), ["auto", "true", "false"],
                   "Adam's update of each variable with TensorFlow's fused Adam kernel (equal to float rounding, "
-                  "faster for big towers; auto: on for keras-hub towers, off for the papers' towers). "
+                  "faster for big towers on a CPU; auto: on for keras-hub towers, off for the papers' towers). "
                   "docs/performance.md.")
 flags.DEFINE_integer("finetune_after_epochs", _default("finetune_after_epochs"),
                      "ResNet encoders: train with the backbone frozen for this many epochs, then fine-tune it too "

@@ -42,9 +42,10 @@ from kitm.ops.similarity import cosine_similarity_matrix
 
 
 def check_margin(margin: float) -> float:
-    """A hinge margin as a float, refused when negative: `[m + s(negative) - s(positive)]+` with m < 0 would reward
-    ranking the negative above the positive. Every margin-based loss (and the experiment configuration, before any
-    data is built) checks its margin here, so the rule lives in one place."""
+    """A hinge margin as a float, refused when negative or NaN: `[m + s(negative) - s(positive)]+` with m < 0 would
+    reward ranking the negative above the positive. The losses that take the `margin` setting (triplet, SAM, the
+    angular losses, the adaptive ladder's rungs) and the experiment configuration, before any data is built, check
+    it here, so the setting has one rule."""
     margin = float(margin)
     if not margin >= 0:
         raise ValueError(f"margin must be >= 0 (a hinge margin); got {margin}.")

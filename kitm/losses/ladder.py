@@ -42,7 +42,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from kitm.losses.base import RetrievalLoss, hardest_or_sum
+from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
 from kitm.losses.samplers import hard_contrastive, masked_max
 from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 from kitm.ops.similarity import negative_mask
@@ -75,7 +75,7 @@ def _check_margins_betas(margins, betas) -> tuple[tuple[float, ...], tuple[float
     if len(margins) != len(betas):
         raise ValueError(f"margins and betas must have the same length (one per ladder level); got "
                          f"{len(margins)} margins {margins} and {len(betas)} betas {betas}.")
-    if any(m < 0 for m in margins):
+    if not all(m >= 0 for m in margins):  # NaN refused too
         raise ValueError(f"margins must be >= 0; got {margins}.")
     if any(b < 0 for b in betas):
         raise ValueError(f"betas must be >= 0; got {betas}.")
@@ -354,8 +354,8 @@ class AdaptiveLadderLoss(RetrievalLoss):
         self.max_violation = bool(max_violation)
         self.level_bounds = _check_level_bounds(level_bounds)
         levels = self.level_bounds[1]
-        self.first_margin = float(first_margin)
-        self.margin = float(margin)
+        self.first_margin = check_margin(first_margin)
+        self.margin = check_margin(margin)
         default_betas = betas is None
         if default_betas:
             betas = (1.0,) + tuple(1.0 / 2 ** l for l in range(2, levels + 1))

@@ -13,7 +13,9 @@ the decay's one pass where there is decay:
     w <- w - (m * lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)) / (sqrt(v) + eps)
 
 the formula and order of `keras.optimizers.Adam` / `AdamW` (variables excluded from weight decay stay excluded;
-with per-tower rates the decay uses the tower's rate, as PyTorch's parameter groups do). The kernel forms
+with per-tower rates the decay uses the tower's rate, as PyTorch's parameter groups do, where Keras' AdamW decays
+every variable at the global rate). Sparse gradients (`tf.IndexedSlices`, an embedding table's) keep Keras' own
+update, which squares each slice before summing repeated rows where the fused kernel would sum them first. The kernel forms
 1 - beta in float32 where Keras rounds it from Python's double (0.100000024 against 0.1 for beta_1 = 0.9), so the
 weights agree with Keras' Adam to float rounding, not bit for bit: a run trained with the fused update does not
 repeat a run trained with Keras' update to the last bit. kitm therefore uses it where the update is a noticeable share
@@ -53,6 +55,13 @@ class FusedAdam(keras.optimizers.Adam):
         dtype = variable.dtype
         index = self._get_variable_index(variable)
         decay = self.weight_decay if self.weight_decay and self._use_weight_decay(variable) else None
+        if isinstance(gradient, tf.IndexedSlices):
+            # Sparse rows (an embedding's gradient, one slice per token occurrence): the fused kernel would sum the
+            # slices before squaring them, Keras squares each slice; keep Keras' update for these.
+            if decay is not None:
+                _tf_variable(variable).assign_sub(_tf_variable(variable) * tf.cast(decay, dtype)
+                                                  * tf.cast(learning_rate, dtype))
+            return super().update_step(gradient, variable, learning_rate)
         _fused_step(_tf_variable(variable), _tf_variable(self._momentums[index]),
                     _tf_variable(self._velocities[index]), gradient, tf.cast(learning_rate, dtype),
                     None if decay is None else tf.cast(decay, dtype), tf.cast(self.iterations + 1, dtype),
