@@ -30,13 +30,14 @@ def _gru_text_encoder(config: ExperimentConfig, vocabulary_size: int):
     from kitm.layers import GRUTextEncoder
 
     # Trimming each batch's padding (GRUTextEncoder) gives data-dependent shapes that XLA cannot compile.
-    if config.model.text_recurrence == "packed" and str(config.training.jit_compile).lower() == "true":
+    xla = str(config.training.jit_compile).lower() == "true"
+    if config.model.text_recurrence == "packed" and xla:
         raise KitmConfigError(f"{option('text_recurrence')}=packed runs a loop over data-dependent row counts, "
                               f"which XLA cannot compile: use {option('text_recurrence')}=masked with "
                               f"{option('jit_compile')}=true.")
     return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units,
                           bidirectional=config.model.text_bidirectional,
-                          trim_padding=str(config.training.jit_compile).lower() != "true",
+                          trim_padding=not xla,
                           recurrence=config.model.text_recurrence, name="text_backbone")
 
 

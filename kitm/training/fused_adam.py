@@ -28,9 +28,7 @@ import keras
 import tensorflow as tf
 
 
-def _fused_step(variable, momentum, velocity, gradient, learning_rate, weight_decay, step, beta_1, beta_2, epsilon):
-    if weight_decay is not None:
-        variable.assign_sub(variable * weight_decay * learning_rate)  # Keras' order of the products
+def _fused_adam(variable, momentum, velocity, gradient, learning_rate, step, beta_1, beta_2, epsilon):
     tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=momentum.handle, v=velocity.handle,
                                  beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=learning_rate,
                                  beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))
@@ -49,23 +47,21 @@ class FusedAdam(keras.optimizers.Adam):
             raise ValueError("FusedAdam does not implement amsgrad; use keras.optimizers.Adam(amsgrad=True).")
 
     def _apply_weight_decay(self, variables):
-        """Nothing here: the decay is part of each variable's fused update."""
+        """Nothing here: `update_step` decays each variable just before its Adam step (at the tower's rate)."""
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        index = self._get_variable_index(variable)
-        decay = self.weight_decay if self.weight_decay and self._use_weight_decay(variable) else None
+        weights = _tf_variable(variable)
+        if self.weight_decay and self._use_weight_decay(variable):  # Keras' decay, in its order of the products
+            weights.assign_sub(weights * tf.cast(self.weight_decay, dtype) * tf.cast(learning_rate, dtype))
         if isinstance(gradient, tf.IndexedSlices):
             # Sparse rows (an embedding's gradient, one slice per token occurrence): the fused kernel would sum the
             # slices before squaring them, Keras squares each slice; keep Keras' update for these.
-            if decay is not None:
-                _tf_variable(variable).assign_sub(_tf_variable(variable) * tf.cast(decay, dtype)
-                                                  * tf.cast(learning_rate, dtype))
             return super().update_step(gradient, variable, learning_rate)
-        _fused_step(_tf_variable(variable), _tf_variable(self._momentums[index]),
-                    _tf_variable(self._velocities[index]), gradient, tf.cast(learning_rate, dtype),
-                    None if decay is None else tf.cast(decay, dtype), tf.cast(self.iterations + 1, dtype),
-                    tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype), tf.cast(self.epsilon, dtype))
+        index = self._get_variable_index(variable)
+        _fused_adam(weights, _tf_variable(self._momentums[index]), _tf_variable(self._velocities[index]), gradient,
+                    tf.cast(learning_rate, dtype), tf.cast(self.iterations + 1, dtype), tf.cast(self.beta_1, dtype),
+                    tf.cast(self.beta_2, dtype), tf.cast(self.epsilon, dtype))
 
 
 def _tf_variable(variable):
