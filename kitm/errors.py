@@ -10,7 +10,6 @@ configuration fields' names), so one message serves both:
 from __future__ import annotations
 
 import argparse
-
 import re
 
 _MARK = "\x00"

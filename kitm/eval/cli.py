@@ -58,8 +58,6 @@ from kitm.tensorflow_logs import quiet_tensorflow_logs
 PROG = "kitm.eval"
 EXIT_BAD_INPUT = 2
 
-
-
 _EXAMPLES = """examples:
   python -m kitm.eval --run_dir=runs/synthetic --split=test --relevance=truth
   python -m kitm.eval --run_dir=runs/f30k --relevance=cider --out=f30k_test.json
@@ -68,13 +66,12 @@ _EXAMPLES = """examples:
 """
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   description="Score a kitm run directory or a saved similarity matrix: a JSON report and a "
-                                 "table.",
-                     epilog=_EXAMPLES)
+                                   description="Score a kitm run directory or a saved similarity matrix: a JSON "
+                                               "report and a table.",
+                                   epilog=_EXAMPLES)
     source = parser.add_argument_group("what to score (one of --run_dir, --sims)")
     source.add_argument("--run_dir", help="Run directory of python -m kitm.launch (summary.json, export/<n>).")
     source.add_argument("--sims", help="Similarity matrix [images, captions]: .npy, or .json as the NCS reference "

@@ -26,8 +26,6 @@ PROG = "kitm.index"
 EXIT_BAD_INPUT = 2
 
 
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -23,8 +23,6 @@ PROG = "kitm.search"
 EXIT_BAD_INPUT = 2
 
 
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=f"python -m {PROG}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter,
