@@ -13,6 +13,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# The sentence-embedding cache (kitm.relevance.embedding_cache) of the tests' runs: a fresh folder, not the user's.
+import tempfile  # noqa: E402
+
+os.environ["KITM_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitm-test-cache-")
 
 import pathlib
 import subprocess

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(pycocoevalcap's PTB normalisation, punctuation dropped, as captioning evaluation).")
     relevance.add_argument("--sbert_model", help="Sentence-transformers model name or path for --relevance=sbert "
                                                  "(default: the bundled all-MiniLM-L6-v2).")
+    relevance.add_argument("--embedding_cache", action=argparse.BooleanOptionalAction, default=True,
+                           help="Reuse the captions' sentence embeddings from disk ($KITM_CACHE_DIR, else "
+                                "~/.cache/kitm) when the same local model embeds the same captions (default on).")
     metrics = parser.add_argument_group("metrics")
     metrics.add_argument("--ks", help="Cut-offs K of R, R^V, NCS and SR, comma-separated (default 1,5,10, leaving "
                                       "out those larger than the number of images scored).")
@@ -249,6 +252,13 @@ def _cutoffs(ks: tuple[int, ...] | None, num_images: int, num_captions: int, fol
     return ks
 
 
+def _embedding_cache(args: argparse.Namespace) -> object:
+    """The sentence embeddings' cache folder, or None with --no-embedding_cache."""
+    from kitm.relevance.embedding_cache import default_cache_dir
+
+    return default_cache_dir() if args.embedding_cache else None
+
+
 def _neighborhood_preservation(images, texts, data, args) -> dict[str, object]:
     """Thomas & Kovashka's Table 3 measure for captions and images. An image's place in the text-only space is the
     normalised mean of its captions' sentence embeddings (the paper pairs each image with its text)."""
@@ -257,7 +267,8 @@ def _neighborhood_preservation(images, texts, data, args) -> dict[str, object]:
 
     if args.neighborhood_k < 1:
         raise CliError(f"--neighborhood_k must be >= 1; got {args.neighborhood_k}.")
-    reference_text = sentence_embeddings(list(data.captions), args.sbert_model, progress=args.progress)
+    reference_text = sentence_embeddings(list(data.captions), args.sbert_model, progress=args.progress,
+                                         cache_dir=_embedding_cache(args))
     grouped = reference_text.reshape(images.shape[0], -1, reference_text.shape[1]).mean(axis=1)
     reference_image = grouped / np.linalg.norm(grouped, axis=1, keepdims=True)
     k_text = min(args.neighborhood_k, texts.shape[0] - 1)
@@ -394,7 +405,7 @@ def _relevance(args: argparse.Namespace, data, seconds: dict[str, float]):
         from kitm.eval.split_data import split_relevance
 
         relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
-                                    cider_normalization=args.cider_normalization)
+                                    cider_normalization=args.cider_normalization, cache_dir=_embedding_cache(args))
         seconds["relevance"] = time.time() - started
     return relevance, relevance_name
 

@@ -88,7 +88,7 @@ def cider_relevance(captions: Sequence[str], captions_per_image: int, *,
 
 
 def sbert_relevance(captions: Sequence[str], captions_per_image: int, model: object = None, *,
-                    progress: bool = False) -> np.ndarray:
+                    progress: bool = False, cache_dir: object = None) -> np.ndarray:
     """Mean cosine of each caption to each image's captions (module docstring): float32 [captions, images].
 
     Args:
@@ -96,10 +96,12 @@ def sbert_relevance(captions: Sequence[str], captions_per_image: int, model: obj
       captions_per_image: cpi.
       model: passed to ``kitm.relevance.sentence_embeddings`` (None: the bundled all-MiniLM-L6-v2).
       progress: progress bar over embedding batches.
+      cache_dir: the sentence embeddings' on-disk cache (``kitm.relevance.embedding_cache``; None: none).
     """
     sentence_embeddings = _optional("sentence_embeddings", "sentence", "--relevance=sbert")
     groups = caption_groups(captions, captions_per_image)
-    embeddings = np.asarray(sentence_embeddings(list(captions), model=model, progress=progress), np.float32)
+    embeddings = np.asarray(sentence_embeddings(list(captions), model=model, progress=progress,
+                                                cache_dir=cache_dir), np.float32)
     # mean_j (e_c . e_ij) = e_c . (mean_j e_ij): one product instead of cpi.
     centroids = embeddings.reshape(len(groups), captions_per_image, -1).mean(axis=1)
     return embeddings @ centroids.T
@@ -139,15 +141,16 @@ def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *
 
 def caption_relevance(source: str, captions: Sequence[str], captions_per_image: int, *,
                       sbert_model: object = None, progress: bool = False,
-                      cider_normalization: str = "ncs") -> np.ndarray:
+                      cider_normalization: str = "ncs", cache_dir: object = None) -> np.ndarray:
     """N [captions, images] from the captions alone, for `source` in ("cider", "sbert", "spice").
 
-    `cider_normalization` ("ncs" or "ptb") is used by "cider" only; see :func:`cider_relevance`.
+    `cider_normalization` ("ncs" or "ptb") is used by "cider" only; see :func:`cider_relevance`; `cache_dir` (the
+    sentence embeddings' cache) by "sbert" only.
     """
     if source == "cider":
         return cider_relevance(captions, captions_per_image, cider_normalization=cider_normalization)
     if source == "sbert":
-        return sbert_relevance(captions, captions_per_image, sbert_model, progress=progress)
+        return sbert_relevance(captions, captions_per_image, sbert_model, progress=progress, cache_dir=cache_dir)
     if source == "spice":
         return spice_relevance(captions, captions_per_image)
     raise ValueError(f"`source` must be one of {CAPTION_SOURCES} to compute relevance from captions; "

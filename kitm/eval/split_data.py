@@ -118,10 +118,11 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
     )
 
 
-def split_relevance(data: SplitData, source: str, *, sbert_model: object = None,
-                    progress: bool = False, cider_normalization: str = "ncs") -> np.ndarray | None:
+def split_relevance(data: SplitData, source: str, *, sbert_model: object = None, progress: bool = False,
+                    cider_normalization: str = "ncs", cache_dir: object = None) -> np.ndarray | None:
     """N [captions, images] of a split for `source` ("none" gives None); see
-    :mod:`kitm.eval.relevance_sources` (`cider_normalization`: "ncs" or "ptb", for "cider" only).
+    :mod:`kitm.eval.relevance_sources` (`cider_normalization`: "ncs" or "ptb", for "cider" only; `cache_dir`: the
+    sentence embeddings' cache, for "sbert" only).
 
     Raises ValueError for ``truth`` on a dataset without the synthetic world's facts.
     """
@@ -137,4 +138,4 @@ def split_relevance(data: SplitData, source: str, *, sbert_model: object = None,
                              f"'{data.info.name}' has relevance slots {sorted(data.info.relevance) or 'none'}.")
         return truth_relevance_matrix(data.scene_facts, data.caption_facts, image_size=data.info.image_size)
     return caption_relevance(source, data.captions, data.captions_per_image, sbert_model=sbert_model,
-                             progress=progress, cider_normalization=cider_normalization)
+                             progress=progress, cider_normalization=cider_normalization, cache_dir=cache_dir)

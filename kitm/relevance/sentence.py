@@ -18,6 +18,7 @@ Hugging Face cache (``local_files_only``), otherwise a clear error says how to g
 from __future__ import annotations
 
 import os
+import pathlib
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -131,7 +132,8 @@ def _check_texts(texts: object) -> list[str]:
 
 
 def sentence_embeddings(texts: Sequence[str], model: str | os.PathLike[str] | SentenceTransformer | None = None,
-                        *, batch_size: int = 128, progress: bool = False, device: str | None = None) -> np.ndarray:
+                        *, batch_size: int = 128, progress: bool = False, device: str | None = None,
+                        cache_dir: str | os.PathLike[str] | None = None) -> np.ndarray:
     """Sentence-BERT embeddings of ``texts`` with unit L2 norm: float32 [N, D].
 
     ``embeddings[i] = f(texts[i]) / |f(texts[i])|`` with f the model's pooled output, so the
@@ -149,6 +151,9 @@ def sentence_embeddings(texts: Sequence[str], model: str | os.PathLike[str] | Se
       progress: show a tqdm progress bar over batches.
       device: torch device; None means CPU for models loaded here and the model's own device for
         a loaded ``SentenceTransformer``.
+      cache_dir: keep the result on disk under this folder and return it from there next time
+        (``kitm.relevance.embedding_cache``: keyed by the model's files, device, batch size and the
+        texts; only models in a local directory, the bundled one included). None: no cache.
 
     Example:
       >>> e = sentence_embeddings(["a dog runs on grass", "a puppy running in a field"])
@@ -158,6 +163,13 @@ def sentence_embeddings(texts: Sequence[str], model: str | os.PathLike[str] | Se
     texts = _check_texts(texts)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    cached = _cache_file(cache_dir, model, texts, batch_size, device) if texts else None
+    if cached is not None:
+        from kitm.relevance.embedding_cache import read_cached
+
+        hit = read_cached(cached, len(texts))
+        if hit is not None:
+            return hit
     encoder = _as_model(model, device)
     if not texts:
         # sentence-transformers 6 renamed the method; older releases only have the first name.
@@ -178,7 +190,24 @@ def sentence_embeddings(texts: Sequence[str], model: str | os.PathLike[str] | Se
     if len(bad):
         raise FloatingPointError(f"the model gave a zero or non-finite embedding for texts[{bad[0]}] "
                                  f"({texts[bad[0]]!r}, norm {norms[bad[0]]})")
+    if cached is not None:
+        from kitm.relevance.embedding_cache import write_cached
+
+        write_cached(cached, embeddings)
     return embeddings
+
+
+def _cache_file(cache_dir: object, model: object, texts: list[str], batch_size: int,
+                device: str | None) -> pathlib.Path | None:
+    """The cache file for this call, or None: no cache asked for, or a model that is not a local directory."""
+    if cache_dir is None or not (model is None or isinstance(model, (str, os.PathLike))):
+        return None
+    from kitm.relevance.embedding_cache import cache_file
+
+    model_dir = _resolve(model)
+    if not os.path.isdir(model_dir):
+        return None
+    return cache_file(os.fspath(cache_dir), model_dir, texts, batch_size=int(batch_size), device=device or "cpu")
 
 
 def _as_model(model: object, device: str | None) -> SentenceTransformer:

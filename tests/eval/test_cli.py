@@ -208,6 +208,32 @@ def test_run_dir_neighborhood_preservation_against_sentence_embeddings(run, tiny
     assert figures["image"] == pytest.approx(neighborhood_preservation(per_image, images, k=4), abs=1e-6)
 
 
+def test_run_dir_sentence_embeddings_are_cached_between_evaluations(run, tmp_path, monkeypatch):
+    """The second evaluation of the split reads the captions' embeddings from $KITM_CACHE_DIR (the model is never
+    loaded) and reports the same figures; --no-embedding_cache keeps nothing."""
+    from kitm.relevance import sentence
+
+    run_dir, _, _ = run
+    monkeypatch.setenv("KITM_CACHE_DIR", str(tmp_path / "cache"))
+    common = [f"--run_dir={run_dir}", "--split=test", "--neighborhood=sbert", "--neighborhood_k=4", "--no-progress"]
+    assert main(common + [f"--out={tmp_path / 'first.json'}"]) == 0
+    assert len(list((tmp_path / "cache" / "sentence_embeddings").glob("*.npy"))) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the sentence model was loaded although its embeddings were cached")
+
+    monkeypatch.setattr(sentence, "load_sentence_model", refuse)
+    assert main(common + [f"--out={tmp_path / 'second.json'}"]) == 0
+    first, second = (json.loads((tmp_path / name).read_text())["neighbourhood_preservation"]
+                     for name in ("first.json", "second.json"))
+    assert first == second
+    monkeypatch.undo()  # the real loader again, for the uncached run
+    monkeypatch.setenv("KITM_CACHE_DIR", str(tmp_path / "unused"))
+    assert main(common + ["--no-embedding_cache", f"--out={tmp_path / 'third.json'}"]) == 0
+    assert not (tmp_path / "unused").exists()
+    assert json.loads((tmp_path / "third.json").read_text())["neighbourhood_preservation"] == first
+
+
 def _ptb_like(caption):
     # The synthetic captions hold only ".", "," and ":" besides words; PTB normalisation lowercases and drops them.
     return " ".join(re.sub(r"[.,:]", " ", caption.lower()).split())
