@@ -207,7 +207,7 @@ def _cache_file(cache_dir: object, model: object, texts: list[str], batch_size: 
     model_dir = _resolve(model)
     if not os.path.isdir(model_dir):
         return None
-    return cache_file(os.fspath(cache_dir), model_dir, texts, batch_size=int(batch_size), device=device or "cpu")
+    return cache_file(os.fspath(cache_dir), model_dir, texts, batch_size=batch_size, device=device or "cpu")
 
 
 def _as_model(model: object, device: str | None) -> SentenceTransformer:
