@@ -70,12 +70,15 @@ class RunPlan:
 
 def plan_runs(spec: StudySpec, out_dir: pathlib.Path, configurations: Iterable[str],
               seeds: Iterable[int]) -> list[RunPlan]:
-    """Every (configuration, seed): seeds ascending, the configurations in spec order within each seed, so that a
-    study stopped early has every configuration of its first seeds (whole paired comparisons)."""
+    """Every (configuration, seed) the spec runs (a configuration with its own ``seeds`` only those): seeds
+    ascending, the configurations in spec order within each seed, so that a study stopped early has every
+    configuration of its first seeds (whole paired comparisons)."""
     plans = []
     configurations = list(configurations)
     for seed in sorted(seeds):
         for configuration in configurations:
+            if not spec.configuration(configuration).runs_seed(seed):
+                continue
             directory = commands.run_dir(out_dir, configuration, seed)
             plans.append(RunPlan(configuration, seed, directory,
                                  tuple(commands.launch_args(spec, configuration, seed, directory)),

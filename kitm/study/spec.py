@@ -27,6 +27,8 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     [[configuration]]
     name = "sam"
     flags = ["--flagfile=launch/sam.flags", "--dataset=synthetic", "--relevance=truth"]
+    seeds = [0, 1]                    # optional: run only these of the study's seeds (a side arm that needs
+                                      # fewer); default every seed. --seeds still narrows it.
 
     [[prepare]]                       # optional, any number: run once, in order, before any run, unless
     creates = "tfrecords/claims/dataset.json"   # this path exists (e.g. build the world every run then shares)
@@ -98,7 +100,7 @@ _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", 
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
-_CONFIGURATION_KEYS = {"name", "flags"}
+_CONFIGURATION_KEYS = {"name", "flags", "seeds"}
 _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance", "paper_effect",
                "paper_effect_source", "truth_control", "truth_control_metrics"}
 
@@ -107,6 +109,10 @@ _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_t
 class Configuration:
     name: str
     flags: tuple[str, ...]
+    seeds: tuple[int, ...] | None = None  # None: every seed of the study
+
+    def runs_seed(self, seed: int) -> bool:
+        return self.seeds is None or seed in self.seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +197,8 @@ class StudySpec:
                 "evaluation": {"split": self.evaluation.split, "relevance": self.evaluation.relevance,
                                "extra_args": list(self.evaluation.extra_args)},
                 "environment": dict(self.environment),
-                "configurations": [{"name": c.name, "flags": list(c.flags)} for c in self.configurations],
+                "configurations": [{"name": c.name, "flags": list(c.flags),
+                                    "seeds": None if c.seeds is None else list(c.seeds)} for c in self.configurations],
                 "claims": [claim.as_dict() for claim in self.claims],
                 "agreement": None if self.agreement is None else self.agreement.as_dict(),
                 "prepare": [step.as_dict() for step in self.prepare],
@@ -229,7 +236,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
                                   set(environment_raw) if isinstance(environment_raw, Mapping) else set())
     environment = {str(key): _environment_value(check, key, value) for key, value in environment_raw.items()}
 
-    configurations = _parse_configurations(check, raw["configuration"])
+    configurations = _parse_configurations(check, raw["configuration"], seeds)
     names = [c.name for c in configurations]
     baseline = check.string(raw.get("baseline", names[0]), "baseline")
     if baseline not in names:
@@ -253,15 +260,15 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
                      prepare=tuple(prepare), dose_responses=dose_responses)
 
 
-def _parse_seeds(check: _Checker, seeds: object) -> list[int]:
-    """`seeds`: a non-empty list of distinct integers >= 0."""
+def _parse_seeds(check: _Checker, seeds: object, key: str = "seeds") -> list[int]:
+    """`seeds` (or the list at `key`): a non-empty list of distinct integers >= 0."""
     if not isinstance(seeds, list) or not seeds:
-        raise check.fail("seeds", f"must be a non-empty list of integers >= 0; got {_describe(seeds)}.")
+        raise check.fail(key, f"must be a non-empty list of integers >= 0; got {_describe(seeds)}.")
     for i, seed in enumerate(seeds):
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise check.fail(f"seeds[{i}]", f"must be an integer >= 0; got {_describe(seed)}.")
+            raise check.fail(f"{key}[{i}]", f"must be an integer >= 0; got {_describe(seed)}.")
     if len(set(seeds)) != len(seeds):
-        raise check.fail("seeds", f"repeats a seed: {seeds}.")
+        raise check.fail(key, f"repeats a seed: {seeds}.")
     return seeds
 
 
@@ -277,8 +284,10 @@ def _parse_evaluation(check: _Checker, entry: object) -> Evaluation:
                                              STUDY_EVAL_FLAGS))
 
 
-def _parse_configurations(check: _Checker, configurations_raw: object) -> list[Configuration]:
-    """The [[configuration]] tables: each a distinct name and its launcher flags (not the study's own)."""
+def _parse_configurations(check: _Checker, configurations_raw: object,
+                          study_seeds: list[int]) -> list[Configuration]:
+    """The [[configuration]] tables: each a distinct name, its launcher flags (not the study's own) and optionally
+    the subset of the study's seeds it runs."""
     if not isinstance(configurations_raw, list) or not configurations_raw:
         raise check.fail("configuration", "must be one or more [[configuration]] tables.")
     configurations = []
@@ -286,8 +295,16 @@ def _parse_configurations(check: _Checker, configurations_raw: object) -> list[C
         key = f"configuration[{i}]"
         entry = check.table(entry, key, _CONFIGURATION_KEYS)
         check.require(entry, key, ("name",))
+        seeds = None
+        if "seeds" in entry:
+            seeds = _parse_seeds(check, entry["seeds"], f"{key}.seeds")
+            outside = sorted(set(seeds) - set(study_seeds))
+            if outside:
+                # A seed the study never runs would sit in the spec unused: say so rather than ignore it.
+                raise check.fail(f"{key}.seeds", f"seeds {outside} are not among the study's seeds {study_seeds}.")
         configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
-                                      flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS))
+                                      flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS),
+                                      seeds=None if seeds is None else tuple(seeds))
         if any(c.name == configuration.name for c in configurations):
             raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
         configurations.append(configuration)

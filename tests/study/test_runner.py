@@ -117,6 +117,15 @@ def test_spec_parses_with_defaults(tmp_path):
      "claim[1]", "at least one metric"),
     (lambda s: s + "[[claim]]\nname = 'x'\nconfiguration = 'gone'\nimproves = ['rsum']\n",
      "claim[2].configuration", "not a configuration"),
+    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [0, 5]'),
+     "configuration[1].seeds", "seeds [5] are not among the study's seeds [0, 1, 2]"),
+    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = []'),
+     "configuration[1].seeds", "non-empty list"),
+    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [1, 1]'),
+     "configuration[1].seeds", "repeats a seed"),
 ])
 def test_spec_errors_name_the_file_and_key(tmp_path, edit, key, message):
     path = tmp_path / "study.toml"
@@ -165,6 +174,22 @@ def test_dry_run_prints_commands_in_absl_order_and_writes_nothing(tmp_path, caps
                              f"--out={run_dir / 'study_eval.json'}", "--no-progress"]) in out
     assert not any("seed 2" in line for line in out)
     assert not (study / "report.md").exists() and not (study / "runs" / "better").exists()
+
+
+def test_a_configuration_with_its_own_seeds_runs_only_those(tmp_path, capsys):
+    # A side arm (a dose-response level, say) needs fewer seeds than the claims: its runs are neither planned
+    # nor counted missing at the other seeds, and --seeds still narrows both.
+    spec_path = _write_spec(tmp_path, SPEC.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                                                   'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [0, 2]'))
+    spec = load_spec(spec_path)
+    assert spec.configuration("better").seeds == (0, 2) and spec.configuration("base").seeds is None
+    plans = runs.plan_runs(spec, tmp_path / "study", spec.configuration_names, spec.seeds)
+    assert [(p.configuration, p.seed) for p in plans] == [("base", 0), ("better", 0), ("base", 1), ("base", 2),
+                                                          ("better", 2)]
+    assert cli.main([f"--spec={spec_path}", "--dry_run", "--seeds=1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "# better seed 2" in out and "better seed 1" not in out and "# base seed 1" in out
+    assert spec.as_dict()["configurations"][1]["seeds"] == [0, 2]
 
 
 def test_flagfile_overrides_of_common_flags_are_warned(tmp_path, monkeypatch):
