@@ -145,6 +145,12 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     selected_names = _names(args.only, spec) if args.only is not None else spec.configuration_names
     plans = runs.plan_runs(spec, out_dir, spec.configuration_names, seeds)
     selected = [plan for plan in plans if plan.configuration in selected_names]
+    if not selected and not args.report_only:
+        # Not an error (the report is still written), but a loop over seeds should say why a seed did nothing.
+        own = [f"{c.name} runs seeds {list(c.seeds)}" for c in spec.configurations
+               if c.name in selected_names and c.seeds is not None]
+        print(f"{PROG}: note: no run is selected by --seeds={','.join(map(str, seeds))}"
+              + (f" (of the configurations asked, {'; '.join(own)})" if own else "") + ".", file=sys.stderr)
     for warning in commands.overridden_common_flags(spec):
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.dry_run:

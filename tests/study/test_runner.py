@@ -190,6 +190,9 @@ def test_a_configuration_with_its_own_seeds_runs_only_those(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "# better seed 2" in out and "better seed 1" not in out and "# base seed 1" in out
     assert spec.as_dict()["configurations"][1]["seeds"] == [0, 2]
+    assert cli.main([f"--spec={spec_path}", "--dry_run", "--seeds=1", "--only=better"]) == 0
+    assert "no run is selected by --seeds=1 (of the configurations asked, better runs seeds [0, 2])" \
+        in capsys.readouterr().err
 
 
 def test_flagfile_overrides_of_common_flags_are_warned(tmp_path, monkeypatch):
