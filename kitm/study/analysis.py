@@ -25,6 +25,7 @@ from kitm.study.metrics import default_metrics, lower_is_better
 from kitm.study.results import RunResult
 from kitm.study.spec import StudySpec
 from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+from kitm.study.validation_curves import collect_curves
 
 # Launcher flags that differ between runs by design (or do not change what is trained).
 PER_RUN_FLAGS = frozenset({"seed", "run_dir", "progress"})
@@ -49,6 +50,8 @@ class StudyAnalysis:
     warnings: list[str]
 
     per_query_cache: dict[pathlib.Path, dict[str, np.ndarray] | None] = dataclasses.field(default_factory=dict)
+    # configuration -> per-epoch validation rows of its done runs that validated while training
+    validation_curves: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)
 
     def per_query(self, configuration: str, seed: int, metric: str) -> tuple[dict[str, np.ndarray] | None, str]:
         """The per-query arrays of :func:`kitm.study.bootstrap.components` of `metric` for one done run, or
@@ -247,6 +250,9 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int])
             truth_control_metrics=claim.truth_control_metrics, bootstrap=analysis.bootstrap))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])
+    analysis.validation_curves, curve_warnings = collect_curves(
+        (r.configuration, r.seed, r.directory) for r in results if r.done)
+    warnings += curve_warnings
     warnings += _data_warnings([r for r in results if r.done], analysis.datasets)
     warnings += _code_warnings([r for r in results if r.done])
     not_done = [r for r in results if r.state != runs.DONE]

@@ -5,6 +5,8 @@
 - ``plots/recall_curves.png``: VSE++ recall R@K against K, one line per configuration with its 95% interval as a
   band, image -> text and text -> image side by side. ``plots/ncs_curves.png``: the same for NCS@K, when the runs
   were scored with relevance.
+- ``plots/validation_curves.png``: the validation figure per epoch of the runs that validated while training
+  (:mod:`kitm.study.validation_curves`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kitm.study.analysis import StudyAnalysis
 from kitm.files import write_bytes_atomically
 from kitm.study.metrics import DIRECTION_TITLES, DIRECTIONS, curve_metrics, lower_is_better, parse_metric, units
 from kitm.study.statistics import CONFIDENCE
+from kitm.study.validation_curves import curves_figure
 
 CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
@@ -125,6 +128,9 @@ def write_plots(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[pathlib.
         path = curve_plot(analysis, family, title, plots_dir / f"{name}.png")
         if path is not None:
             written.append(path)
+    figure = curves_figure(analysis.validation_curves, _pyplot())
+    if figure is not None:
+        written.append(_save(figure, plots_dir / "validation_curves.png"))
     for index, block in enumerate(analysis.spec.dose_responses):
         figure = dose_response_figure(block, dose_response_rows(block, analysis.comparison), _pyplot())
         if figure is not None:
