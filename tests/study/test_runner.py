@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from kitm.study import cli, commands, runs
-from kitm.study.runner import run_one
+from kitm.study.runner import remaining_text, run_all, run_one
 from kitm.study.spec import SpecError, load_spec
 
 
@@ -286,6 +286,25 @@ def test_runner_fails_resumes_evaluates_and_skips(tmp_path, fake_python, monkeyp
     assert run_one(plan, dict(os.environ), str(script)).action == "skipped"  # evaluated: nothing runs
     assert len(calls.read_text().split()) == 4
     assert not list(plan.directory.glob("*.tmp"))  # every file was renamed into place
+
+
+def test_run_all_says_where_it_is_and_what_is_left(tmp_path, fake_python, capsys):
+    script, _ = fake_python
+    spec = load_spec(_write_spec(tmp_path))
+    plans = runs.plan_runs(spec, tmp_path / "study", spec.configuration_names, [0, 1])
+    assert run_one(plans[1], dict(os.environ), str(script)).action == "trained"  # done before the study starts
+    outcomes = run_all(plans, dict(os.environ), progress=False, interpreter=str(script))
+    assert [o.action for o in outcomes] == ["trained", "skipped", "trained", "trained"]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kitm.study: [")]
+    assert lines[0].startswith("kitm.study: [1/4] base seed 0: trained in ") and "; 2 runs to do, about " in lines[0]
+    assert lines[1].startswith("kitm.study: [2/4] better seed 0: already evaluated, skipped; 2 runs to do")
+    assert "; 1 run to do" in lines[2] and lines[3].endswith(" s")  # nothing left: no estimate
+
+
+def test_remaining_text():
+    assert remaining_text([], 5) == "" and remaining_text([60.0], 0) == ""
+    assert remaining_text([60.0, 180.0], 10) == "; 10 runs to do, about 20 min at 2.0 min a run so far"
+    assert remaining_text([120.0], 100) == "; 100 runs to do, about 3.3 h at 2.0 min a run so far"
 
 
 def test_changed_spec_makes_runs_stale(tmp_path, fake_python, capsys):
