@@ -126,13 +126,18 @@ def curves_figure(curves: Mapping[str, Sequence[Mapping[str, object]]], pyplot, 
         epochs = [row["epoch"] for row in rows]
         n = min(row["n"] for row in rows)
         axes.plot(epochs, [row["mean"] for row in rows], marker="o", color=color, label=f"{name} (n={n})")
-        banded = [row for row in rows if row["low"] is not None]
+        seeds = [(row["epoch"], value) for row in rows for value in row["per_seed"].values()]
+        axes.scatter([e for e, _ in seeds], [v for _, v in seeds], s=10, color=color, alpha=0.6)
+        # With two seeds the t interval is +-12.7 SD wide and would bury the curves: bands from three seeds on.
+        banded = [row for row in rows if row["low"] is not None and row["n"] >= 3]
         if len(banded) > 1:
             axes.fill_between([row["epoch"] for row in banded], [row["low"] for row in banded],
                               [row["high"] for row in banded], color=color, alpha=0.18, linewidth=0)
+    axes.xaxis.set_major_locator(pyplot.MaxNLocator(integer=True))
     axes.set_xlabel("epoch")
     axes.set_ylabel(f"{metric} (validation split)")
-    axes.set_title(f"{metric} during training: mean over seeds, band: {CONFIDENCE:.0%} t interval", fontsize=10)
+    axes.set_title(f"{metric} during training: mean over seeds (line), seeds (dots), "
+                   f"band: {CONFIDENCE:.0%} t interval (n >= 3)", fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="best", fontsize=9)
     return figure
