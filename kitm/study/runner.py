@@ -107,20 +107,21 @@ def run_one(plan: RunPlan, env: Mapping[str, str], interpreter: str | None = Non
 def run_all(plans: Sequence[RunPlan], env: Mapping[str, str], *, progress: bool = True,
             interpreter: str | None = None) -> list[Outcome]:
     """Run every plan in order under one progress bar (on stderr); one line per run as it ends, with its place in
-    the grid and, once a run has worked, the runs still to do and the time they take at the mean so far (a study
-    runs for hours: without the bar, this line is the only estimate)."""
+    the grid and, once a run has trained, the runs still to do and the time they take at the mean trained run so
+    far (a study runs for hours: without the bar, this line is the only estimate)."""
     outcomes = []
     to_do = sum(runs.run_state(plan) != runs.DONE for plan in plans)
-    worked: list[float] = []
+    trained_seconds: list[float] = []
     bar = tqdm(plans, unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True)
     for index, plan in enumerate(bar, start=1):
         bar.set_description(plan.label)
         outcome = run_one(plan, env, interpreter)
         outcomes.append(outcome)
         if outcome.action != "skipped":
-            worked.append(outcome.seconds)
             to_do = max(0, to_do - 1)
-        message = f"kitm.study: [{index}/{len(plans)}] {outcome.describe()}{remaining_text(worked, to_do)}"
+        if outcome.action == "trained":  # an evaluation alone or a failure says little about a run's length
+            trained_seconds.append(outcome.seconds)
+        message = f"kitm.study: [{index}/{len(plans)}] {outcome.describe()}{remaining_text(trained_seconds, to_do)}"
         if progress:
             bar.write(message, file=sys.stderr)
         else:
@@ -129,11 +130,11 @@ def run_all(plans: Sequence[RunPlan], env: Mapping[str, str], *, progress: bool 
     return outcomes
 
 
-def remaining_text(worked_seconds: Sequence[float], to_do: int) -> str:
-    """``"; 12 runs to do, about 25 min at 2.1 min a run so far"``; empty before any run worked or after the last."""
-    if not worked_seconds or to_do <= 0:
+def remaining_text(trained_seconds: Sequence[float], to_do: int) -> str:
+    """``"; 12 runs to do, about 25 min at 2.1 min a run so far"``; empty before any run trained or after the last."""
+    if not trained_seconds or to_do <= 0:
         return ""
-    mean = sum(worked_seconds) / len(worked_seconds)
+    mean = sum(trained_seconds) / len(trained_seconds)
     left = mean * to_do
     duration = f"{left / 3600:.1f} h" if left >= 5400 else f"{left / 60:.0f} min"
     return f"; {to_do} run{'s' if to_do != 1 else ''} to do, about {duration} at {mean / 60:.1f} min a run so far"

@@ -254,6 +254,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     agreement = _parse_agreement(check, raw["agreement"]) if "agreement" in raw else None
     prepare = _parse_prepare(check, raw.get("prepare", []))
     dose_responses = parse_dose_responses(check, raw.get("dose_response", []), names)
+    _check_pairable(check, configurations, seeds, claims, dose_responses)
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
@@ -309,6 +310,29 @@ def _parse_configurations(check: _Checker, configurations_raw: object,
             raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
         configurations.append(configuration)
     return configurations
+
+
+def _check_pairable(check: _Checker, configurations: list[Configuration], study_seeds: list[int],
+                    claims: tuple[Claim, ...], dose_responses: tuple[DoseResponse, ...]) -> None:
+    """Every comparison the spec asks for (a claim against its baseline and truth control, a dose-response arm at
+    each level) must share two seeds, the fewest a paired interval needs (or the study's one): with
+    configurations' own `seeds` it could otherwise never be decided, and would stay inconclusive without saying
+    why."""
+    own = {c.name: set(c.seeds if c.seeds is not None else study_seeds) for c in configurations}
+    pairs = []
+    for i, claim in enumerate(claims):
+        pairs.append((f"claim[{i}]", claim.configuration, claim.baseline))
+        if claim.truth_control is not None:
+            pairs.append((f"claim[{i}].truth_control", claim.truth_control, claim.baseline))
+    for i, block in enumerate(dose_responses):
+        for j, arm in enumerate(block.arms):
+            pairs += [(f"dose_response[{i}].arm[{j}]", c, b) for c, b in zip(arm.configurations, arm.baselines)]
+    needed = min(2, len(study_seeds))  # a one-seed smoke study is the user's choice, not a spec error
+    for key, configuration, baseline in pairs:
+        shared = own[configuration] & own[baseline]
+        if len(shared) < needed:
+            raise check.fail(key, f"{configuration!r} and {baseline!r} share {len(shared)} seed(s) "
+                                  f"({sorted(shared)}); a paired comparison needs 2 or more (their `seeds`).")
 
 
 def _parse_agreement(check: _Checker, entry: object) -> Agreement:

@@ -5,10 +5,12 @@ A run launched with ``--eval_every_epochs=k`` appends one JSON line per validati
 chooses its schedule on validation keeps a few such runs (a configuration with its own ``seeds``, say) and its
 report then shows the plateau beside the verdicts: for each configuration with histories, at every epoch, the
 mean over the seeds that validated there and its 95% t interval (:func:`kitm.study.statistics.t_interval`), the
-epoch where the mean peaks, and one plot of the curves.
+epoch where the mean peaks (among the epochs every seed reached, so that a peak never compares means over
+different seeds), and one plot of the curves.
 
 A resumed run may have validated an epoch twice (once before it was killed, once after resuming): the last line
-for an epoch wins, since it belongs to the run that went on.
+for an epoch wins, since it belongs to the run that went on. A killed run can also leave a torn last line, and a
+diverging one a NaN: such a line is skipped and named in a warning, the rest of the run's history is kept.
 """
 
 from __future__ import annotations
@@ -24,25 +26,28 @@ HISTORY_FILE = "evaluations.jsonl"
 DEFAULT_METRIC = "val_rsum"
 
 
-def read_history(path: pathlib.Path, metric: str = DEFAULT_METRIC) -> dict[int, float]:
-    """epoch -> `metric` from one run's ``evaluations.jsonl``; ValueError naming the file and line when a line is
-    not a JSON object with an integer epoch >= 1 and a finite number for `metric`."""
+def read_history(path: pathlib.Path, metric: str = DEFAULT_METRIC) -> tuple[dict[int, float], list[str]]:
+    """(epoch -> `metric`, problems) from one run's ``evaluations.jsonl``: a line that is not a JSON object with an
+    integer epoch >= 1 and a finite number for `metric` is skipped, and named (file and line) in `problems`."""
     history: dict[int, float] = {}
+    problems = []
     for number, line in enumerate(pathlib.Path(path).read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {number}: not JSON ({error.msg}).") from None
+            problems.append(f"{path}, line {number}: not JSON ({error.msg}); skipped.")
+            continue
         epoch = record.get("epoch") if isinstance(record, dict) else None
         value = record.get(metric) if isinstance(record, dict) else None
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-            raise ValueError(f"{path}, line {number}: no integer 'epoch' >= 1.")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"{path}, line {number}: no finite number for {metric!r}.")
-        history[epoch] = float(value)  # a later line for the same epoch wins (module docstring)
-    return history
+            problems.append(f"{path}, line {number}: no integer 'epoch' >= 1; skipped.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{path}, line {number}: no finite number for {metric!r}; skipped.")
+        else:
+            history[epoch] = float(value)  # a later line for the same epoch wins (module docstring)
+    return history, problems
 
 
 def curve_rows(histories: Mapping[int, Mapping[int, float]]) -> list[dict[str, object]]:
@@ -60,28 +65,39 @@ def curve_rows(histories: Mapping[int, Mapping[int, float]]) -> list[dict[str, o
 
 
 def peak(rows: Sequence[Mapping[str, object]]) -> Mapping[str, object] | None:
-    """The row whose mean is highest (the first such epoch), or None without rows."""
-    return max(rows, key=lambda row: (row["mean"], -row["epoch"])) if rows else None
+    """The row whose mean is highest (the first such epoch) among the rows with the most seeds, or None."""
+    if not rows:
+        return None
+    most = max(row["n"] for row in rows)
+    return max((row for row in rows if row["n"] == most), key=lambda row: (row["mean"], -row["epoch"]))
 
 
 def collect_curves(runs: Iterable[tuple[str, int, pathlib.Path]], metric: str = DEFAULT_METRIC
                    ) -> tuple[dict[str, list[dict[str, object]]], list[str]]:
-    """(configuration -> curve rows, warnings) from (configuration, seed, run folder) triples; a run without a
-    history contributes nothing, one whose history cannot be read is named in a warning."""
+    """(configuration -> curve rows, warnings) from the done runs' (configuration, seed, run folder) triples. A
+    configuration none of whose runs validated has no curve; one where only some did is named in a warning (a
+    curve over fewer seeds than the configuration has), as is a history that cannot be read or a skipped line."""
     histories: dict[str, dict[int, dict[int, float]]] = {}
+    without: dict[str, list[int]] = {}
     warnings = []
     for configuration, seed, directory in runs:
         path = pathlib.Path(directory) / HISTORY_FILE
-        if not path.is_file():
-            continue
-        try:
-            history = read_history(path, metric)
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            warnings.append(f"validation history {error}" if isinstance(error, ValueError)
-                            else f"validation history {path}: cannot be read ({error})")
-            continue
+        history: dict[int, float] = {}
+        if path.is_file():
+            try:
+                history, problems = read_history(path, metric)
+            except (OSError, UnicodeDecodeError) as error:
+                problems = [f"{path}: cannot be read ({error})"]
+            warnings += [f"validation history {problem}" for problem in problems]
         if history:
             histories.setdefault(configuration, {})[seed] = history
+        else:
+            without.setdefault(configuration, []).append(seed)
+    for configuration, seeds in without.items():
+        if configuration in histories:
+            warnings.append(f"validation history: configuration {configuration!r} has none for seed(s) "
+                            f"{', '.join(map(str, sorted(seeds)))}; its curve is over "
+                            f"{len(histories[configuration])} seed(s)")
     return {configuration: curve_rows(per_seed) for configuration, per_seed in histories.items()}, warnings
 
 
@@ -116,7 +132,8 @@ def curves_markdown(curves: Mapping[str, Sequence[Mapping[str, object]]], metric
 
 
 def curves_figure(curves: Mapping[str, Sequence[Mapping[str, object]]], pyplot, metric: str = DEFAULT_METRIC):
-    """A matplotlib figure of the curves (mean line, interval band where defined), or None without curves."""
+    """A matplotlib figure of the curves (the mean as a line, each seed as a dot, the interval as a band over the
+    epochs with 3 or more seeds), or None without curves."""
     if not curves:
         return None
     figure, axes = pyplot.subplots(figsize=(7.5, 4.5))
@@ -129,10 +146,12 @@ def curves_figure(curves: Mapping[str, Sequence[Mapping[str, object]]], pyplot, 
         seeds = [(row["epoch"], value) for row in rows for value in row["per_seed"].values()]
         axes.scatter([e for e, _ in seeds], [v for _, v in seeds], s=10, color=color, alpha=0.6)
         # With two seeds the t interval is +-12.7 SD wide and would bury the curves: bands from three seeds on.
-        banded = [row for row in rows if row["low"] is not None and row["n"] >= 3]
-        if len(banded) > 1:
-            axes.fill_between([row["epoch"] for row in banded], [row["low"] for row in banded],
-                              [row["high"] for row in banded], color=color, alpha=0.18, linewidth=0)
+        banded = [row["low"] is not None and row["n"] >= 3 for row in rows]
+        if sum(banded) > 1:
+            # `where` leaves gaps at epochs with fewer seeds instead of bridging them.
+            axes.fill_between(epochs, [row["low"] if ok else row["mean"] for row, ok in zip(rows, banded)],
+                              [row["high"] if ok else row["mean"] for row, ok in zip(rows, banded)], where=banded,
+                              color=color, alpha=0.18, linewidth=0)
     axes.xaxis.set_major_locator(pyplot.MaxNLocator(integer=True))
     axes.set_xlabel("epoch")
     axes.set_ylabel(f"{metric} (validation split)")

@@ -18,6 +18,7 @@ from kitm.layers import CaptionTokenizer, SmallConvEncoder, build_vocabulary
 from kitm.losses import TripletLoss
 from kitm.models import DualEncoder
 from kitm.models.inference import embed_dataset, similarity_matrix
+from kitm.study.validation_curves import read_history
 
 CONFIG = PipelineConfig(batch_size=16, image_size=32, flip=False, eval_crop_fraction=1.0, seed=1)
 
@@ -133,6 +134,10 @@ def test_scalars_images_and_json_lines_are_written_and_match_the_report(trained,
     lines = [json.loads(line) for line in (tmp_path / "evaluations.jsonl").read_text().splitlines()]
     assert [line["epoch"] for line in lines] == [1, 2]
     assert lines[-1]["val_i2t_NCS@1"] == pytest.approx(flat["val_i2t_NCS@1"], rel=1e-12)
+    # kitm.study's validation curves read these lines as written (epoch 1-based, val_rsum).
+    curve, problems = read_history(tmp_path / "evaluations.jsonl")
+    assert problems == [] and sorted(curve) == [1, 2]
+    np.testing.assert_allclose(curve[2], rsum, rtol=1e-6)
 
 
 def test_own_writer_relevance_fn_called_once_and_every_n_epochs(trained, tiny_synthetic):

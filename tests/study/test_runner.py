@@ -126,6 +126,9 @@ def test_spec_parses_with_defaults(tmp_path):
     (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
                          'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [1, 1]'),
      "configuration[1].seeds", "repeats a seed"),
+    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [2]'),
+     "claim[0]", "'better' and 'base' share 1 seed(s) ([2]); a paired comparison needs 2 or more"),
 ])
 def test_spec_errors_name_the_file_and_key(tmp_path, edit, key, message):
     path = tmp_path / "study.toml"

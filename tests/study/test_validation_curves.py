@@ -38,25 +38,25 @@ def test_read_history_keeps_the_last_line_of_a_repeated_epoch(tmp_path):
     path = _history(tmp_path / "evaluations.jsonl", [
         {"epoch": 1, "val_rsum": 100.0}, {"epoch": 2, "val_rsum": 150.0}, {"epoch": 2, "val_rsum": 151.5},
         {"epoch": 3, "val_rsum": 170.0, "val_i2t_R@1": 20.0}])
-    assert read_history(path) == {1: 100.0, 2: 151.5, 3: 170.0}
-    with pytest.raises(ValueError, match="line 1: no finite number for 'val_i2t_R@1'"):
-        read_history(path, "val_i2t_R@1")  # another metric must be on every line too
+    assert read_history(path) == ({1: 100.0, 2: 151.5, 3: 170.0}, [])
+    history, problems = read_history(path, "val_i2t_R@1")  # another metric: only the lines that have it
+    assert history == {3: 20.0} and len(problems) == 3
 
 
 @pytest.mark.parametrize("line, message", [
-    ("not json", "line 2: not JSON"),
+    ('{"epoch": 2, "val_rs', "line 2: not JSON"),  # torn by a kill
     ('{"val_rsum": 1.0}', "line 2: no integer 'epoch' >= 1"),
     ('{"epoch": 0, "val_rsum": 1.0}', "line 2: no integer 'epoch' >= 1"),
     ('{"epoch": 2}', "line 2: no finite number for 'val_rsum'"),
-    ('{"epoch": 2, "val_rsum": NaN}', "line 2: no finite number for 'val_rsum'"),
+    ('{"epoch": 2, "val_rsum": NaN}', "line 2: no finite number for 'val_rsum'"),  # json.dumps writes NaN
     ('[1, 2]', "line 2: no integer 'epoch' >= 1"),
 ])
-def test_read_history_names_the_file_and_line(tmp_path, line, message):
+def test_a_bad_line_is_skipped_and_named(tmp_path, line, message):
     path = tmp_path / "evaluations.jsonl"
-    path.write_text('{"epoch": 1, "val_rsum": 1.0}\n' + line + "\n")
-    with pytest.raises(ValueError) as error:
-        read_history(path)
-    assert str(error.value).startswith(f"{path}, {message}")
+    path.write_text('{"epoch": 1, "val_rsum": 1.0}\n' + line + '\n{"epoch": 3, "val_rsum": 3.0}\n')
+    history, problems = read_history(path)
+    assert history == {1: 1.0, 3: 3.0}
+    assert len(problems) == 1 and problems[0].startswith(f"{path}, {message}") and problems[0].endswith("skipped.")
 
 
 def test_curve_rows_against_numpy_and_scipy():
@@ -67,7 +67,8 @@ def test_curve_rows_against_numpy_and_scipy():
     half = stats.t.ppf(0.975, 2) * epoch2.std(ddof=1) / math.sqrt(3)
     assert rows[1]["mean"] == pytest.approx(epoch2.mean())
     assert (rows[1]["low"], rows[1]["high"]) == pytest.approx((epoch2.mean() - half, epoch2.mean() + half))
-    assert rows[2]["per_seed"] == {0: 160.0, 1: 158.0} and peak(rows)["epoch"] == 3
+    assert rows[2]["per_seed"] == {0: 160.0, 1: 158.0}
+    assert peak(rows)["epoch"] == 2  # epoch 3 is higher but seed 2 never reached it
     single = curve_rows({4: {2: 10.0}})
     assert single == [{"epoch": 2, "n": 1, "mean": 10.0, "low": None, "high": None, "per_seed": {4: 10.0}}]
     assert peak([]) is None
@@ -75,17 +76,26 @@ def test_curve_rows_against_numpy_and_scipy():
     assert peak(curve_rows({0: {1: 5.0, 2: 7.0, 3: 7.0}}))["epoch"] == 2
 
 
-def test_collect_curves_skips_runs_without_history_and_warns_on_broken_ones(tmp_path):
-    for name in ("a0", "a1", "b0", "c0"):
+def test_collect_curves_warns_on_missing_and_broken_histories(tmp_path):
+    for name in ("a0", "a1", "a2", "b0", "c0"):
         (tmp_path / name).mkdir()
     _history(tmp_path / "a0" / "evaluations.jsonl", [{"epoch": 2, "val_rsum": 10.0}])
     _history(tmp_path / "a1" / "evaluations.jsonl", [{"epoch": 2, "val_rsum": 12.0}])
     (tmp_path / "c0" / "evaluations.jsonl").write_text("{broken\n")
     curves, warnings = collect_curves([("a", 0, tmp_path / "a0"), ("a", 1, tmp_path / "a1"),
-                                       ("b", 0, tmp_path / "b0"), ("c", 0, tmp_path / "c0")])
+                                       ("a", 2, tmp_path / "a2"), ("b", 0, tmp_path / "b0"),
+                                       ("c", 0, tmp_path / "c0")])
     assert list(curves) == ["a"] and curves["a"][0]["mean"] == pytest.approx(11.0)
-    assert len(warnings) == 1 and str(tmp_path / "c0" / "evaluations.jsonl") in warnings[0]
-    assert "line 1: not JSON" in warnings[0]
+    # `b` never validated (no warning); `a` lacks seed 2's history; `c`'s only line is torn.
+    assert len(warnings) == 2
+    assert str(tmp_path / "c0" / "evaluations.jsonl") in warnings[0] and "line 1: not JSON" in warnings[0]
+    assert warnings[1] == "validation history: configuration 'a' has none for seed(s) 2; its curve is over 2 seed(s)"
+
+
+def test_the_peak_compares_epochs_every_seed_reached():
+    # Seed 1's history stops at epoch 4 (a run killed and its later lines lost): epoch 6's mean is seed 0 alone.
+    rows = curve_rows({0: {2: 10.0, 4: 12.0, 6: 20.0}, 1: {2: 10.0, 4: 11.0}})
+    assert [row["n"] for row in rows] == [2, 2, 1] and peak(rows)["epoch"] == 4
 
 
 def test_markdown_marks_each_configurations_peak():
