@@ -175,6 +175,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     results = [collect(plan, spec.evaluation.split) for plan in plans]
     analysis = analyse(spec, results, seeds)
+    outside = runs.runs_outside_own_seeds(spec, out_dir)
+    if outside:
+        analysis.warnings.append(f"evaluated runs at seeds their configuration's `seeds` leave out are not in the "
+                                 f"figures: {', '.join(outside)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_bytes_atomically(out_dir / SPEC_COPY, spec.path.read_bytes())  # the spec these figures came from
     agreement = _agreement(spec, out_dir)

@@ -86,6 +86,21 @@ def plan_runs(spec: StudySpec, out_dir: pathlib.Path, configurations: Iterable[s
     return plans
 
 
+def runs_outside_own_seeds(spec: StudySpec, out_dir: pathlib.Path) -> list[str]:
+    """Evaluated run folders of a configuration at seeds its own ``seeds`` leave out (narrowed after they ran):
+    they are neither run nor reported, which the report should say rather than drop them silently."""
+    found = []
+    for configuration in spec.configurations:
+        if configuration.seeds is None:
+            continue
+        for directory in sorted(pathlib.Path(out_dir, "runs", configuration.name).glob("seed_*")):
+            seed = directory.name[len("seed_"):]
+            if seed.isdigit() and not configuration.runs_seed(int(seed)) \
+                    and (directory / commands.EVAL_FILE).is_file():
+                found.append(f"{configuration.name}/{directory.name}")
+    return found
+
+
 def read_status(plan: RunPlan) -> dict | None:
     status = read_json(plan.status_json)
     return status if isinstance(status, dict) else None

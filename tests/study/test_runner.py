@@ -196,6 +196,13 @@ def test_a_configuration_with_its_own_seeds_runs_only_those(tmp_path, capsys):
     assert cli.main([f"--spec={spec_path}", "--dry_run", "--seeds=1", "--only=better"]) == 0
     assert "no run is selected by --seeds=1 (of the configurations asked, better runs seeds [0, 2])" \
         in capsys.readouterr().err
+    # `better` ran at seed 1 before its seeds were narrowed: the report says so instead of dropping it silently.
+    for seed in (0, 1, 2):
+        _fake_run(tmp_path / "study", "base", seed, BASE[seed])
+        _fake_run(tmp_path / "study", "better", seed, BETTER[seed])
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    assert "not in the figures: better/seed_1" in capsys.readouterr().err
+    assert "better/seed_1" in (tmp_path / "study" / "report.md").read_text()
 
 
 def test_flagfile_overrides_of_common_flags_are_warned(tmp_path, monkeypatch):
