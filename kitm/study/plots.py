@@ -5,6 +5,8 @@
 - ``plots/recall_curves.png``: VSE++ recall R@K against K, one line per configuration with its 95% interval as a
   band, image -> text and text -> image side by side. ``plots/ncs_curves.png``: the same for NCS@K, when the runs
   were scored with relevance.
+- ``plots/claims.png``: every claim part's paired improvement and interval beside 0 and the paper's effect
+  (:mod:`kitm.study.claims_figure`).
 - ``plots/validation_curves.png``: the validation figure per epoch of the runs that validated while training
   (:mod:`kitm.study.validation_curves`).
 """
@@ -21,7 +23,9 @@ from kitm.files import write_bytes_atomically
 from kitm.study.metrics import DIRECTION_TITLES, DIRECTIONS, curve_metrics, lower_is_better, parse_metric, units
 from kitm.study.statistics import CONFIDENCE
 from kitm.study.validation_curves import curves_figure
+from kitm.study.claims_figure import claims_figure
 
+CLAIMS_PLOT = "claims.png"
 CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
 
@@ -128,6 +132,9 @@ def write_plots(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[pathlib.
         path = curve_plot(analysis, family, title, plots_dir / f"{name}.png")
         if path is not None:
             written.append(path)
+    figure = claims_figure(analysis.claims, _pyplot())
+    if figure is not None:
+        written.append(_save(figure, plots_dir / CLAIMS_PLOT))
     figure = curves_figure(analysis.validation_curves, _pyplot())
     if figure is not None:
         written.append(_save(figure, plots_dir / "validation_curves.png"))

@@ -345,6 +345,8 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
              f"{', '.join(map(str, analysis.seeds))}; baseline `{spec.baseline}`; evaluation on split "
              f"`{spec.evaluation.split}` with relevance `{spec.evaluation.relevance}`.", ""]
     lines += _summary_section(analysis)
+    if any(path.name == "claims.png" for path in plots):
+        lines += ["![every claim part's paired improvement](plots/claims.png)", ""]
     if analysis.warnings:
         lines += ["## Warnings", "", *(f"- {warning}" for warning in analysis.warnings), ""]
     lines += _claims_section(analysis)

@@ -406,7 +406,8 @@ def test_report_only_from_hand_made_runs(fake_study, capsys):
                  "(min 0.25)", "python -m kitm.study --spec=", "--report_only"):
         assert text in markdown, text
     assert f"| i2t_R@1 | {np.mean([BASE[s]['i2t_R@1'] for s in range(3)]):.2f} ± " in markdown
-    for name in ("i2t_R@1.png", "rsum.png", "t2i_CS@3.png", "recall_curves.png", "ncs_curves.png"):
+    assert "![every claim part's paired improvement](plots/claims.png)" in markdown
+    for name in ("i2t_R@1.png", "rsum.png", "t2i_CS@3.png", "recall_curves.png", "ncs_curves.png", "claims.png"):
         assert (study / "plots" / name).stat().st_size > 5000, name
     assert (study / "spec.toml").read_text() == spec_path.read_text()
     assert not list(study.rglob("*.tmp"))
