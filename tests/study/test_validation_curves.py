@@ -118,9 +118,14 @@ def test_the_study_report_shows_the_curves(tmp_path, capsys):
             directory = study / "runs" / configuration / f"seed_{seed}"
             directory.mkdir(parents=True)
             (directory / "study_eval.json").write_text(json.dumps({"flat": {"i2t_R@1": 20.0 + seed}, "rsum": 1.0}))
-            if configuration == "base":  # `other` has no history: not in the curves
-                _history(directory / "evaluations.jsonl", [{"epoch": e, "val_rsum": 100.0 + 10 * e - e * e + seed}
-                                                           for e in (2, 4, 6, 8)])
+            if configuration == "other":  # no history at its done runs: `other` has no curve
+                continue
+            _history(directory / "evaluations.jsonl", [{"epoch": e, "val_rsum": 100.0 + 10 * e - e * e + seed}
+                                                       for e in (2, 4, 6, 8)])
+    # A run still training (no study_eval.json yet) has a partial history: it waits until the run is done.
+    running = study / "runs" / "other" / "seed_2"
+    _history(running / "evaluations.jsonl", [{"epoch": 2, "val_rsum": 1.0}])
+    (running / "study_eval.json").unlink()
     assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
     report = json.loads((study / "report.json").read_text())
     curves = report["validation_curves"]
