@@ -25,6 +25,7 @@ from kitm.study.metrics import default_metrics, lower_is_better
 from kitm.study.results import RunResult
 from kitm.study.spec import StudySpec
 from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+from kitm.study.provenance import changed_files
 from kitm.study.validation_curves import collect_curves
 
 # Launcher flags that differ between runs by design (or do not change what is trained).
@@ -191,16 +192,44 @@ def _data_warnings(results: Sequence[RunResult], datasets: list[dict]) -> list[s
 
 
 def _code_warnings(results: Sequence[RunResult]) -> list[str]:
-    """Runs trained by different kitm sources (the checkout changed while the study ran) are not comparable."""
-    groups: dict[str, list[str]] = {}
+    """Runs trained by different kitm sources (the checkout changed while the study ran) may not be comparable: say
+    which versions, how many runs each trained, their commits where recorded, and the kitm files that differ
+    between consecutive recorded commits (each run's version is in report.json, runs[].kitm_source)."""
+    groups: dict[str, list[RunResult]] = {}
     for result in results:
         if result.kitm_source is not None:
-            groups.setdefault(result.kitm_source, []).append(f"{result.configuration}/seed_{result.seed}")
+            groups.setdefault(result.kitm_source, []).append(result)
     if len(groups) < 2:
         return []
-    described = "; ".join(f"{fingerprint}: {', '.join(names)}" for fingerprint, names in groups.items())
-    return [f"the runs were trained by {len(groups)} different versions of the kitm sources (the code changed while "
-            f"the study ran; flag defaults may differ too, see the flags section): {described}"]
+    parts, commits = [], []
+    for fingerprint, members in groups.items():
+        recorded = sorted({r.kitm_commit for r in members if r.kitm_commit})
+        commits += recorded[:1]
+        configurations = list(dict.fromkeys(r.configuration for r in members))
+        seeds = sorted({r.seed for r in members})
+        where = (f"commit {', '.join(c[:12] + ('+dirty' if c.endswith('+dirty') else '') for c in recorded)}"
+                 if recorded else "commit not recorded")
+        parts.append(f"{fingerprint} ({where}): {len(members)} run(s), seeds {_span(seeds)}, "
+                     f"{', '.join(configurations) if len(configurations) <= 6 else f'{len(configurations)} configurations'}")
+    text = (f"the runs were trained by {len(groups)} different versions of the kitm sources (the code changed while "
+            f"the study ran; flag defaults may differ too, see the flags section; each run's version: report.json, "
+            f"runs[].kitm_source): {'; '.join(parts)}")
+    for first, second in zip(commits, commits[1:]):
+        files = changed_files(first, second)
+        if files is not None:
+            text += f"; kitm files changed from {first[:12]} to {second[:12]}: {', '.join(files) or 'none'}"
+    return [text]
+
+
+def _span(seeds: Sequence[int]) -> str:
+    """0-5, 7, 9-10: consecutive seeds as ranges."""
+    spans: list[list[int]] = []
+    for seed in seeds:
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _describe_source(dataset: dict) -> str:

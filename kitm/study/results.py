@@ -34,6 +34,7 @@ class RunResult:
     launch_command: str
     eval_command: str
     per_query: pathlib.Path | None = None  # <eval json stem>.per_query.npz beside the eval JSON, when it exists
+    kitm_commit: str | None = None  # git commit of that code (+dirty), when the study could record it
 
     @property
     def done(self) -> bool:
@@ -45,6 +46,7 @@ class RunResult:
                 "seconds": {"launch": self.launch_seconds, "eval": self.eval_seconds,
                             "launcher_total": self.launcher_seconds},
                 "failure": self.failure, "dataset": self.dataset, "kitm_source": self.kitm_source,
+                "kitm_commit": self.kitm_commit,
                 "launch_command": self.launch_command,
                 "eval_command": self.eval_command,
                 "per_query": None if self.per_query is None else str(self.per_query)}
@@ -90,4 +92,4 @@ def collect(plan: RunPlan, split: str) -> RunResult:
         flags=summary.get("flags") if summary is not None else None, dataset=_dataset(summary, split),
         kitm_source=runs.trained_by(status),
         launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args),
-        per_query=per_query)
+        per_query=per_query, kitm_commit=runs.trained_by(status, "kitm_commit"))

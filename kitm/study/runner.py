@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from kitm.progress import progress_bar as tqdm
 
 from kitm.study import commands, runs
+from kitm.study.provenance import source_commit
 from kitm.study.runs import RunPlan
 
 
@@ -87,11 +88,11 @@ def run_one(plan: RunPlan, env: Mapping[str, str], interpreter: str | None = Non
         status["state"] = runs.RUNNING
         runs.write_status(plan, status)  # before the command: a killed study leaves a record that it started
         started = _now()
-        source = commands.source_fingerprint()
+        source, commit = commands.source_fingerprint(), source_commit()
         returncode, seconds = call_logged(interpreter, args, log, env)
         total += seconds
         status["attempts"].append({"stage": stage, "started": started, "seconds": seconds, "returncode": returncode,
-                                   "kitm_source": source})
+                                   "kitm_source": source, "kitm_commit": commit})
         if returncode != 0 or not product.is_file():
             tail = runs.log_tail(log)
             if returncode == 0:  # exited cleanly without its output: as bad as a crash for the study

@@ -153,13 +153,14 @@ def attempt_seconds(status: Mapping[str, object] | None, stage: str) -> float | 
     return float(sum(times)) if times else None
 
 
-def trained_by(status: Mapping[str, object] | None) -> str | None:
-    """kitm source fingerprint (:func:`kitm.study.commands.source_fingerprint`) of the last launch attempt that
-    succeeded; None when the study did not train the run."""
+def trained_by(status: Mapping[str, object] | None, key: str = "kitm_source") -> str | None:
+    """kitm source fingerprint (:func:`kitm.study.commands.source_fingerprint`; with ``key="kitm_commit"``, the git
+    commit, :func:`kitm.study.provenance.source_commit`) of the last launch attempt that succeeded; None when the
+    study did not train the run or did not record it."""
     if status is None:
         return None
     launches = [a for a in status.get("attempts", []) if a.get("stage") == "launch" and a.get("returncode") == 0]
-    return launches[-1].get("kitm_source") if launches else None
+    return launches[-1].get(key) if launches else None
 
 
 def log_tail(path: pathlib.Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:

@@ -4,6 +4,7 @@ built from hand-made eval JSONs (a study through the real launcher and kitm.eval
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 
@@ -292,6 +293,8 @@ def test_runner_fails_resumes_evaluates_and_skips(tmp_path, fake_python, monkeyp
     assert status["state"] == "done" and status["log_tail"] is None
     assert all(a["seconds"] > 0 for a in status["attempts"])
     assert {a["kitm_source"] for a in status["attempts"]} == {commands.source_fingerprint()}
+    commits = {a["kitm_commit"] for a in status["attempts"]}  # this checkout's commit (None outside git)
+    assert len(commits) == 1 and (commits == {None} or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", commits.pop()))
 
     assert run_one(plan, dict(os.environ), str(script)).action == "skipped"  # evaluated: nothing runs
     assert len(calls.read_text().split()) == 4
@@ -454,12 +457,17 @@ def test_report_flags_runs_on_different_worlds(fake_study):
                 "seconds": {"total": 3.0}}))
         for seed in range(3):  # and by two versions of the kitm sources
             plan = runs.plan_runs(load_spec(spec_path), study, [configuration], [seed])[0]
+            commit = {"base": "a" * 40, "better": None}[configuration]  # `better`'s was not recorded
             runs.write_status(plan, {**runs.new_status(plan, sys.executable), "state": "done", "attempts": [
-                {"stage": "launch", "seconds": 1.0, "returncode": 0, "kitm_source": f"code_{configuration}"}]})
+                {"stage": "launch", "seconds": 1.0, "returncode": 0, "kitm_source": f"code_{configuration}",
+                 "kitm_commit": commit}]})
     assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
     report = json.loads((study / "report.json").read_text())
-    assert any("2 different versions of the kitm sources" in w and "code_better: better/seed_0" in w
-               for w in report["warnings"])
+    versions = [w for w in report["warnings"] if "2 different versions of the kitm sources" in w]
+    assert len(versions) == 1
+    assert "code_base (commit aaaaaaaaaaaa): 3 run(s), seeds 0-2, base" in versions[0]
+    assert "code_better (commit not recorded): 3 run(s), seeds 0-2, better" in versions[0]
+    assert report["runs"][0]["kitm_commit"] == "a" * 40
     assert len(report["datasets"]) == 2
     assert any("2 different datasets" in w for w in report["warnings"])
     assert any("asked for --synthetic_num_scenes=60 but trained on the 90-scene world" in w
@@ -479,6 +487,64 @@ def test_metric_plot_is_legible(fake_study, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- end to end
+
+
+def test_version_warning_names_the_files_changed_between_recorded_commits(tmp_path, monkeypatch):
+    from kitm.study import analysis
+    from kitm.study.results import RunResult
+
+    def result(configuration, seed, source, commit):
+        return RunResult(configuration, seed, tmp_path, "done", {}, 1.0, 1.0, 1.0, None, None, None, source, "", "",
+                         kitm_commit=commit)
+
+    calls = []
+    monkeypatch.setattr(analysis, "changed_files", lambda a, b: calls.append((a, b)) or ["kitm/eval/cli.py"])
+    results = [result("base", s, "v1", "1" * 40) for s in (0, 1, 2, 4)] + [result("sam", 5, "v2", "2" * 40)]
+    [warning] = analysis._code_warnings(results)
+    assert "v1 (commit 111111111111): 4 run(s), seeds 0-2, 4, base" in warning
+    assert "v2 (commit 222222222222): 1 run(s), seeds 5, sam" in warning
+    assert warning.endswith("kitm files changed from 111111111111 to 222222222222: kitm/eval/cli.py")
+    assert calls == [("1" * 40, "2" * 40)]
+    assert analysis._code_warnings(results[:4]) == []  # one version: nothing to say
+
+
+def test_provenance_in_a_git_checkout(tmp_path):
+    import shutil
+    import subprocess
+
+    from kitm.study.provenance import changed_files, source_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    package = tmp_path / "repo" / "kitm"
+    package.mkdir(parents=True)
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path / "repo"), "-c", "user.name=t", "-c", "user.email=t@t",
+                               *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (package / "loss.py").write_text("a = 1\n")
+    (package / "cli.py").write_text("b = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    assert source_commit(package) == first
+    (package / "cli.py").write_text("b = 2\n")
+    assert source_commit(package) == first + "+dirty"
+    git("commit", "-qam", "two")
+    second = git("rev-parse", "HEAD")
+    assert changed_files(first, second, package) == ["kitm/cli.py"]
+    assert changed_files(first, "f" * 40, package) is None  # not in this checkout
+    assert source_commit(tmp_path) is None  # not a checkout at all
+
+
+def test_provenance_outside_git_is_none(monkeypatch):
+    from kitm.study import provenance
+
+    monkeypatch.setattr(provenance, "_git", lambda *args, **kwargs: None)
+    assert provenance.source_commit() is None and provenance.changed_files("a" * 40, "b" * 40) is None
+    assert provenance.changed_files("a" * 40 + "+dirty", "b" * 40) is None
 
 
 def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
