@@ -115,10 +115,11 @@ def curves_markdown(curves: Mapping[str, Sequence[Mapping[str, object]]], metric
              f"`plots/validation_curves.png`.", "",
              "| epoch | " + " | ".join(f"`{name}`" for name in names) + " |",
              "|---|" + "---|" * len(names)]
+    by_epoch = {name: {row["epoch"]: row for row in rows} for name, rows in curves.items()}
     for epoch in epochs:
         cells = []
         for name in names:
-            row = next((r for r in curves[name] if r["epoch"] == epoch), None)
+            row = by_epoch[name].get(epoch)
             if row is None:
                 cells.append("")
                 continue

@@ -88,6 +88,12 @@ def test_spec_parses_with_defaults(tmp_path):
     assert spec.claims[1].baseline == "base" and spec.metrics is None
 
 
+def _add_to_better(line):
+    """A spec edit: one more key in the `better` configuration's table."""
+    better = 'flags = ["--loss=triplet", "--margin=0.1"]'
+    return lambda s: s.replace(better, f"{better}\n{line}")
+
+
 @pytest.mark.parametrize("edit, key, message", [
     (lambda s: s.replace("seeds = [0, 1, 2]\n", ""), "seeds", "missing"),
     (lambda s: s.replace("seeds = [0, 1, 2]", "seeds = [0, 1, 1]"), "seeds", "repeats"),
@@ -118,17 +124,13 @@ def test_spec_parses_with_defaults(tmp_path):
      "claim[1]", "at least one metric"),
     (lambda s: s + "[[claim]]\nname = 'x'\nconfiguration = 'gone'\nimproves = ['rsum']\n",
      "claim[2].configuration", "not a configuration"),
-    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
-                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [0, 5]'),
+    (_add_to_better("seeds = [0, 5]"),
      "configuration[1].seeds", "seeds [5] are not among the study's seeds [0, 1, 2]"),
-    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
-                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = []'),
+    (_add_to_better("seeds = []"),
      "configuration[1].seeds", "non-empty list"),
-    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
-                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [1, 1]'),
+    (_add_to_better("seeds = [1, 1]"),
      "configuration[1].seeds", "repeats a seed"),
-    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]',
-                         'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [2]'),
+    (_add_to_better("seeds = [2]"),
      "claim[0]", "'better' and 'base' share 1 seed(s) ([2]); a paired comparison needs 2 or more"),
 ])
 def test_spec_errors_name_the_file_and_key(tmp_path, edit, key, message):
