@@ -294,3 +294,43 @@ def tiny_search_index(tiny_search_run, tiny_synthetic, tmp_path_factory) -> path
     build_index(dataset_source(tiny_synthetic, "test"), tiny_search_run / "export" / "1", out,
                 BuildOptions(progress=False, chunk_size=5))
     return out
+
+
+# ---- the same computation on every Keras 3 backend (tests/backend_cases/run.py) ----------------------------------
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def _backend_available(backend: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec({"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]) is not None
+
+
+@pytest.fixture(scope="session")
+def backend_results(tmp_path_factory):
+    """``backend_results(case_file, backend) -> {name: float64 array}``: a case file of tests/backend_cases/ run
+    in a fresh interpreter under ``KERAS_BACKEND=backend`` (Keras picks its backend once per process), each
+    (file, backend) once per session. A backend that is not installed skips the test that asks for it."""
+    cache: dict[tuple[str, str], dict] = {}
+    folder = tmp_path_factory.mktemp("backend_results")
+
+    def run(case_file: str, backend: str) -> dict:
+        if not _backend_available(backend):
+            pytest.skip(f"the {backend} backend is not installed here")
+        key = (str(case_file), backend)
+        if key not in cache:
+            case = ROOT / "tests" / "backend_cases" / case_file
+            out = folder / f"{case.stem}.{backend}.npz"
+            env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+                   "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+            done = subprocess.run([sys.executable, str(ROOT / "tests" / "backend_cases" / "run.py"), str(case),
+                                   str(out)], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+            if done.returncode != 0:
+                raise AssertionError(f"{case_file} on {backend} failed:\n{done.stdout}\n{done.stderr}")
+            import numpy as np
+
+            with np.load(out) as data:
+                cache[key] = {name: data[name] for name in data.files}
+        return cache[key]
+
+    return run
