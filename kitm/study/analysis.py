@@ -276,7 +276,8 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int])
             claim.name, claim.configuration, claim.baseline, list(claim.improves), list(claim.keeps),
             claim.keep_tolerance, analysis.comparison, paper_effect=claim.paper_effect,
             paper_effect_source=claim.paper_effect_source, truth_control=claim.truth_control,
-            truth_control_metrics=claim.truth_control_metrics, bootstrap=analysis.bootstrap))
+            truth_control_metrics=claim.truth_control_metrics, bootstrap=analysis.bootstrap,
+            paper_cells=claim.paper_cells, views=claim.views))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])
     analysis.validation_curves, curve_warnings = collect_curves(

@@ -26,19 +26,23 @@ that does not beat the baseline says that this world and model cannot show grade
 
 **The claim** ends as exactly one of, in this order of precedence (the first that applies):
 
-1. **does not hold**: some part contradicts (an improvement interval entirely below 0, or a kept metric's interval
-   entirely below -tau);
-2. **holds**: every part supports (every improvement interval above 0, every kept metric's lower bound >= -tau);
-3. **untestable here**: the truth control does not beat the baseline;
-4. **below the paper's effect**: some improvement interval excludes the paper's gain for its metric;
-5. **inconclusive**: none of these; the report then gives the seeds the observed SD of the paired differences
+1. **mixed**: some part supports and some part contradicts (the claim holds on these parts and not on those; the
+   reason names both, part by part);
+2. **does not hold**: some part contradicts (an improvement interval entirely below 0, or a kept metric's interval
+   entirely below -tau) and no part supports;
+3. **holds**: every part supports (every improvement interval above 0, every kept metric's lower bound >= -tau);
+4. **untestable here**: the truth control does not beat the baseline;
+5. **below the paper's effect**: some improvement interval excludes the paper's gain for its metric;
+6. **inconclusive**: none of these; the report then gives the seeds the observed SD of the paired differences
    needs to detect the paper's effect (:func:`kitm.study.statistics.seeds_needed`).
 
-Why this order. "does not hold" and "holds" are findings about the method's direction that stand on their own:
-an interval entirely on one side of 0 (or of -tau) is evidence whatever the control did. So a holding claim is
-reported as holding even when the truth control fails (the method helps where even the exact relevance did not;
-the reason text says so), and a contradicted part wins over everything, since a claim with one significantly
-wrong part cannot hold however the others fare. "below the paper's effect" is a finding about size, and a
+Why this order. "mixed", "does not hold" and "holds" are findings about the method's direction that stand on
+their own: an interval entirely on one side of 0 (or of -tau) is evidence whatever the control did. A paper
+reports several figures for one claim (CS at K = 100 and 1000, both directions; R@K kept while NCS rises), and a
+method can move them in opposite directions; "mixed" says so instead of letting one contradicted part stand for
+the claim (the rule before session 14, under which any contradicted part made the claim "does not hold"). A
+holding claim is reported as holding even when the truth control fails (the method helps where even the exact
+relevance did not; the reason text says so). "below the paper's effect" is a finding about size, and a
 paper's size is only a fair yardstick where graded relevance can pay off at all: the paper measured its gain on
 real data where it does. When the method's own truth-relevance variant does not beat the baseline either, a gain
 smaller than the paper's says something about the world and the model, not about the method, so "untestable here"
@@ -65,10 +69,11 @@ SUPPORTS = "supports"
 CONTRADICTS = "contradicts"
 INCONCLUSIVE = "inconclusive"
 HOLDS = "holds"
+MIXED = "mixed"
 DOES_NOT_HOLD = "does not hold"
 BELOW_PAPER = "below the paper's effect"
 UNTESTABLE = "untestable here"
-OUTCOMES = (DOES_NOT_HOLD, HOLDS, UNTESTABLE, BELOW_PAPER, INCONCLUSIVE)  # in order of precedence
+OUTCOMES = (MIXED, DOES_NOT_HOLD, HOLDS, UNTESTABLE, BELOW_PAPER, INCONCLUSIVE)  # in order of precedence
 
 CONTROL_BEATS = "beats the baseline"
 CONTROL_FAILS = "does not beat the baseline"
@@ -76,6 +81,7 @@ CONTROL_UNAVAILABLE = "unavailable"
 
 IMPROVES = "improves"
 KEEPS = "keeps"
+VIEW = "view"  # a figure shown beside a claim (judged as "improves" for display) that never decides it
 
 RULES = (
     "improves m: supports if the 95% interval of the paired improvement lies entirely above 0, contradicts if it "
@@ -87,7 +93,8 @@ RULES = (
     "mean +- t(0.975, n-1) * std / sqrt(n) over the n seeds both configurations have; n < 2 is inconclusive.",
     "Truth control: beats the baseline if each of its metrics' improvement intervals against the claim's baseline "
     "lies above 0; a control that does not says this world and model cannot show graded relevance helping.",
-    "The claim, first rule that applies: does not hold if any part contradicts; holds if every part supports; "
+    "The claim, first rule that applies: mixed if some part supports and some part contradicts; does not hold if "
+    "some part contradicts and none supports; holds if every part supports; "
     "untestable here if the truth control does not beat the baseline; below the paper's effect if some "
     "improvement interval excludes the paper's gain; inconclusive otherwise.",
     f"Power: two-sided paired t-test at alpha {ALPHA:.2f}, power {POWER:.1f}, exact (noncentral t: power = "
@@ -125,10 +132,11 @@ def excludes_effect(improvement: Interval, effect: float | None) -> bool:
 
 
 def claim_verdict(part_verdicts: list[str]) -> str:
-    """The earlier rules: holds if every part supports, does not hold if any contradicts, else inconclusive (no
-    parts: inconclusive). :func:`claim_outcome` adds the truth control and the paper's effect."""
+    """The direction rules alone: mixed if some part supports and some contradicts, does not hold if some
+    contradicts and none supports, holds if every part supports, else inconclusive (no parts: inconclusive).
+    :func:`claim_outcome` adds the truth control and the paper's effect."""
     if any(v == CONTRADICTS for v in part_verdicts):
-        return DOES_NOT_HOLD
+        return MIXED if any(v == SUPPORTS for v in part_verdicts) else DOES_NOT_HOLD
     if part_verdicts and all(v == SUPPORTS for v in part_verdicts):
         return HOLDS
     return INCONCLUSIVE
@@ -148,6 +156,7 @@ class ClaimPart:
     power: Power | None = None  # None without figures
     bootstrap: QueryBootstrap | None = None  # None: no per-query data (bootstrap_note says why)
     bootstrap_note: str = ""
+    paper_source: str = ""  # where the paper reports this part (table and cell), when it does
 
     @property
     def excludes_paper_effect(self) -> bool:
@@ -159,7 +168,7 @@ class ClaimPart:
                 "paper_effect": self.paper_effect, "excludes_paper_effect": self.excludes_paper_effect,
                 "power": None if self.power is None else self.power.as_dict(),
                 "bootstrap": None if self.bootstrap is None else self.bootstrap.as_dict(),
-                "bootstrap_note": self.bootstrap_note}
+                "bootstrap_note": self.bootstrap_note, "paper_source": self.paper_source}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +246,12 @@ def claim_outcome(parts: Sequence[ClaimPart], control: TruthControl | None = Non
         texts = [f"{describe_interval(parts[i])} lies below "
                  + ("0" if parts[i].kind == IMPROVES else f"-{_number(parts[i].tolerance, parts[i].metric)}")
                  for i in wrong]
+        right = [i for i, p in enumerate(parts) if p.verdict == SUPPORTS]
+        if right:
+            held = "; ".join(describe_interval(parts[i]) + (" lies above 0" if parts[i].kind == IMPROVES else
+                                                            f" keeps within {_number(parts[i].tolerance, parts[i].metric)}")
+                             for i in right)
+            return MIXED, f"holds on {held}; does not hold on " + "; ".join(texts), wrong[0]
         return DOES_NOT_HOLD, "; ".join(texts), wrong[0]
     if parts and all(p.verdict == SUPPORTS for p in parts):
         reason = "every improvement interval lies above 0 and every kept metric within its tolerance"
@@ -275,6 +290,7 @@ class ClaimResult:
     parts: tuple[ClaimPart, ...]
     truth_control: TruthControl | None = None
     paper_effect_source: str | None = None
+    views: tuple[ClaimPart, ...] = ()  # secondary figures: shown, never part of the verdict
 
     @property
     def outcome(self) -> tuple[str, str, int | None]:
@@ -299,24 +315,26 @@ class ClaimResult:
                 "verdict": self.verdict, "reason": self.reason, "key_metric": None if key is None else key.metric,
                 "paper_effect_source": self.paper_effect_source,
                 "truth_control": None if self.truth_control is None else self.truth_control.as_dict(),
-                "parts": [part.as_dict() for part in self.parts]}
+                "parts": [part.as_dict() for part in self.parts], "views": [view.as_dict() for view in self.views]}
 
 
 def _judge_part(kind: str, metric: str, configuration: str, baseline: str, tolerance: float | None,
                 paper_effect: float | None, compare: Callable[[str, str, str], PairedComparison | None],
-                bootstrap: Callable[[str, str, str], tuple[QueryBootstrap | None, str]] | None) -> ClaimPart:
+                bootstrap: Callable[[str, str, str], tuple[QueryBootstrap | None, str]] | None,
+                paper_source: str = "") -> ClaimPart:
     comparison = compare(configuration, baseline, metric)
     if comparison is None:
         return ClaimPart(kind, metric, tolerance, None, INCONCLUSIVE,
                          f"no run of {configuration} or {baseline} has figures for {metric}",
-                         paper_effect=paper_effect, bootstrap_note="no figures")
+                         paper_effect=paper_effect, bootstrap_note="no figures", paper_source=paper_source)
     improvement = comparison.improvement
-    verdict = improves_verdict(improvement) if kind == IMPROVES else keeps_verdict(improvement, tolerance)
+    verdict = keeps_verdict(improvement, tolerance) if kind == KEEPS else improves_verdict(improvement)
     note = "" if improvement.defined else f"{len(comparison.seeds)} paired seed(s): no interval"
     resampled, bootstrap_note = (None, "not computed") if bootstrap is None else bootstrap(configuration, baseline,
                                                                                             metric)
     return ClaimPart(kind, metric, tolerance, comparison, verdict, note, paper_effect=paper_effect,
-                     power=power_of(improvement, paper_effect), bootstrap=resampled, bootstrap_note=bootstrap_note)
+                     power=power_of(improvement, paper_effect), bootstrap=resampled, bootstrap_note=bootstrap_note,
+                     paper_source=paper_source)
 
 
 def judge_claim(name: str, configuration: str, baseline: str, improves: list[str], keeps: list[str],
@@ -324,21 +342,28 @@ def judge_claim(name: str, configuration: str, baseline: str, improves: list[str
                 compare: Callable[[str, str, str], PairedComparison | None], *,
                 paper_effect: Mapping[str, float] | None = None, paper_effect_source: str | None = None,
                 truth_control: str | None = None, truth_control_metrics: Sequence[str] = (),
-                bootstrap: Callable[[str, str, str], tuple[QueryBootstrap | None, str]] | None = None) -> ClaimResult:
+                bootstrap: Callable[[str, str, str], tuple[QueryBootstrap | None, str]] | None = None,
+                paper_cells: Mapping[str, str] | None = None, views: Sequence[str] = ()) -> ClaimResult:
     """Judge every part of a claim; ``compare(configuration, baseline, metric)`` gives the paired comparison, or
     None when the metric has no figures in either configuration's runs; ``bootstrap(configuration, baseline,
     metric)`` the per-query bootstrap, or (None, why not). The truth control, when given, is judged on
-    `truth_control_metrics` (default: `improves`) against the same baseline."""
+    `truth_control_metrics` (default: `improves`) against the same baseline. `paper_cells` gives, per metric, where
+    the paper reports it (table and cell); `views` are metrics shown beside the claim (their interval and an
+    "improves" reading) that never enter its verdict."""
     paper_effect = dict(paper_effect or {})
+    paper_cells = dict(paper_cells or {})
     parts = []
     for kind, metrics in ((IMPROVES, improves), (KEEPS, keeps)):
         for metric in metrics:
             parts.append(_judge_part(kind, metric, configuration, baseline,
                                      float(tolerances[metric]) if kind == KEEPS else None,
-                                     paper_effect.get(metric) if kind == IMPROVES else None, compare, bootstrap))
+                                     paper_effect.get(metric) if kind == IMPROVES else None, compare, bootstrap,
+                                     paper_cells.get(metric, "")))
+    shown = tuple(_judge_part(VIEW, metric, configuration, baseline, None, None, compare, None,
+                              paper_cells.get(metric, "")) for metric in views)
     control = None
     if truth_control is not None:
         control_parts = tuple(_judge_part(IMPROVES, metric, truth_control, baseline, None, None, compare, None)
                               for metric in (truth_control_metrics or improves))
         control = TruthControl(truth_control, baseline, control_parts)
-    return ClaimResult(name, configuration, baseline, tuple(parts), control, paper_effect_source)
+    return ClaimResult(name, configuration, baseline, tuple(parts), control, paper_effect_source, shown)

@@ -8,7 +8,8 @@ A run is scored by ``python -m kitm.eval --run_dir=... --out=<run_dir>/study_eva
 whose family keeps the prefix: ``fold100_R``) and ``"rsum"`` (sum of R^V@K over both
 directions and every K). :func:`run_figures` merges them into one {name: value} dict, with Thomas & Kovashka's
 neighbourhood preservation when kitm.eval ran with ``--neighborhood``: ``NP_text`` and ``NP_image`` (percent of
-an item's k nearest neighbours in the text-only space that stay among its k nearest in the learned space).
+an item's k nearest neighbours in the text-only space that stay among its k nearest in the learned space), also as
+``NP_text@<k>`` and ``NP_image@<k>`` with the k the evaluation used (Thomas & Kovashka use k = 200).
 
 Everything is in percent except CS (Kendall tau-b, in [-1, 1]) and the ranks medr and meanr, where lower is
 better (:data:`LOWER_IS_BETTER`).
@@ -82,10 +83,13 @@ def run_figures(payload: Mapping[str, object]) -> dict[str, float]:
         figures[RSUM] = float(payload[RSUM])
     preservation = payload.get("neighbourhood_preservation")
     if isinstance(preservation, Mapping):
+        k = preservation.get("k")
         for name in NEIGHBORHOOD:
             value = preservation.get(name.split("_", 1)[1])
             if value is not None:
                 figures[name] = 100.0 * float(value)
+                if k is not None:  # NP_text@200: the k in the name, so that a claim can name the paper's k
+                    figures[f"{name}@{int(k)}"] = 100.0 * float(value)
     return {name: value for name, value in figures.items() if math.isfinite(value)}
 
 

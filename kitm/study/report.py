@@ -118,22 +118,42 @@ def key_interval(claim: claim_rules.ClaimResult) -> str:
     return f"{claim_rules.describe_interval(part)} (n = {n})"
 
 
+PART_WORDS = {claim_rules.SUPPORTS: "holds", claim_rules.CONTRADICTS: "**does not hold**",
+              claim_rules.INCONCLUSIVE: "undecided"}
+
+
+def part_text(part: claim_rules.ClaimPart) -> str:
+    """One claim part in a sentence: ``i2t_CS@100 +0.0023 [0.0015, 0.0030] holds (paper +0.0245, excluded)``."""
+    if part.comparison is None:
+        return f"{part.metric}: no figures yet"
+    text = f"{claim_rules.describe_interval(part)} {PART_WORDS[part.verdict]}"
+    if part.kind == claim_rules.KEEPS:
+        text = f"{part.metric} kept within {_number(part.tolerance, decimals(part.metric))}: " + text.split(" ", 1)[1]
+    if part.paper_effect is not None:
+        paper = f"paper +{_number(part.paper_effect, decimals(part.metric))}"
+        text += f" ({paper}, {'excluded' if part.excludes_paper_effect else 'not excluded'})"
+    return text
+
+
 def _summary_section(analysis: StudyAnalysis) -> list[str]:
     if not analysis.claims:
         return []
     rows = []
     for claim in analysis.claims:
         part = claim.key_part
-        paper = "-" if part is None or part.paper_effect is None else (
-            f"{part.metric} +{_number(part.paper_effect, decimals(part.metric))}"
-            + (f" ({claim.paper_effect_source})" if claim.paper_effect_source else ""))
         seeds = "-" if part is None else _seeds_for_paper(part)
-        rows.append([claim.name, f"**{claim.verdict}**", key_interval(claim), paper, seeds])
+        n = max((len(p.comparison.seeds) for p in claim.parts if p.comparison is not None), default=0)
+        rows.append([claim.name, f"**{claim.verdict}**", "; ".join(part_text(p) for p in claim.parts), str(n),
+                     seeds])
     return ["## Summary", "",
-            f"One row per claim: its verdict (rules below), the {CONFIDENCE:.0%} t interval of the paired improvement "
-            "the verdict rests on, the paper's own gain for that metric, and the seeds the observed spread needs to "
-            f"detect it (two-sided paired t-test, alpha {ALPHA:.2f}, power {POWER:.1f}).", "",
-            *_table(["claim", "verdict", "key interval [95% CI]", "paper's effect", "seeds for the paper's effect"],
+            "One row per claim: its verdict (rules below) and every pre-registered part: the "
+            f"{CONFIDENCE:.0%} t interval of the paired improvement, whether the part holds (improvement interval "
+            "above 0, or a kept metric's loss provably within its tolerance), does not hold (below 0, or beyond "
+            "the tolerance) or is undecided, and the paper's own gain for it with whether the interval excludes "
+            "that gain; n paired seeds; the seeds the observed spread needs to detect the paper's gain on the key "
+            f"part (two-sided paired t-test, alpha {ALPHA:.2f}, power {POWER:.1f}). Views (figures shown beside "
+            "a claim that never decide it) are under each claim below.", "",
+            *_table(["claim", "verdict", "parts: improvement [95% CI]", "n", "seeds for the paper's effect"],
                     rows), ""]
 
 
@@ -181,6 +201,14 @@ def _claims_section(analysis: StudyAnalysis) -> list[str]:
         lines += _table(["metric", "rule", "n", "improvement [95% CI]", "paper's effect", "t-test p", "Wilcoxon p",
                          "verdict"], rows)
         lines.append("")
+        cells = [f"- {part.metric}: {part.paper_source}" for part in (*claim.parts, *claim.views)
+                 if part.paper_source]
+        if cells:
+            lines += ["Where the paper reports each part:", "", *cells, ""]
+        if claim.views:
+            lines += ["Views (shown beside the claim, never part of its verdict): "
+                      + "; ".join(f"{claim_rules.describe_interval(view)} ({view.verdict} as an improvement)"
+                                  for view in claim.views) + ".", ""]
         if power_rows:
             n = max(len(p.comparison.seeds) for p in claim.parts if p.comparison is not None)
             lines += _table(["metric", "SD of paired differences", f"detectable at n = {n}",
@@ -395,7 +423,10 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "claims": [claim.as_dict() for claim in analysis.claims],
         "claims_summary": [{"name": claim.name, "verdict": claim.verdict, "key_interval": key_interval(claim),
                             "paper_effect": None if claim.key_part is None else claim.key_part.paper_effect,
-                            "paper_effect_source": claim.paper_effect_source}
+                            "paper_effect_source": claim.paper_effect_source,
+                            "parts": [{"kind": part.kind, "metric": part.metric, "verdict": part.verdict,
+                                       "text": part_text(part), "paper_effect": part.paper_effect,
+                                       "paper_source": part.paper_source} for part in claim.parts]}
                            for claim in analysis.claims],
         "claim_outcomes": list(claim_rules.OUTCOMES),
         "power": {"alpha": ALPHA, "power": POWER, "test": "two-sided paired t-test, exact noncentral t"},

@@ -102,6 +102,7 @@ _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags", "seeds"}
 _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance", "paper_effect",
+               "paper_cells", "views",
                "paper_effect_source", "truth_control", "truth_control_metrics"}
 
 
@@ -155,13 +156,16 @@ class Claim:
     paper_effect_source: str | None = None
     truth_control: str | None = None  # a configuration: the claim's method on the exact relevance
     truth_control_metrics: tuple[str, ...] = ()  # empty without a truth_control
+    paper_cells: Mapping[str, str] = dataclasses.field(default_factory=dict)  # metric -> where the paper reports it
+    views: tuple[str, ...] = ()  # metrics shown beside the claim, never judged
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "configuration": self.configuration, "baseline": self.baseline,
                 "improves": list(self.improves), "keeps": list(self.keeps),
                 "keep_tolerance": dict(self.keep_tolerance), "paper_effect": dict(self.paper_effect),
                 "paper_effect_source": self.paper_effect_source, "truth_control": self.truth_control,
-                "truth_control_metrics": list(self.truth_control_metrics)}
+                "truth_control_metrics": list(self.truth_control_metrics), "paper_cells": dict(self.paper_cells),
+                "views": list(self.views)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,9 +417,30 @@ def _parse_claim(check: _Checker, index: int, entry: object, names: list[str], d
         raise check.fail(f"{key}.keep_tolerance", "given without any 'keeps' metric.")
     paper_effect, source = _paper_effect(check, key, entry, improves)
     truth_control, control_metrics = _truth_control(check, key, entry, names, baseline, improves)
+    views = check.strings(entry.get("views", []), f"{key}.views")
+    judged = sorted(set(views) & (set(improves) | set(keeps)))
+    if judged:
+        raise check.fail(f"{key}.views", f"{judged[0]} is a judged part ('improves' or 'keeps'), not a view.")
+    paper_cells = _paper_cells(check, key, entry, (*improves, *keeps, *views))
     return Claim(name=name, configuration=configuration, baseline=baseline, improves=improves, keeps=keeps,
                  keep_tolerance=tolerances, paper_effect=paper_effect, paper_effect_source=source,
-                 truth_control=truth_control, truth_control_metrics=control_metrics)
+                 truth_control=truth_control, truth_control_metrics=control_metrics, paper_cells=paper_cells,
+                 views=views)
+
+
+def _paper_cells(check: _Checker, key: str, entry: Mapping[str, object], metrics: tuple[str, ...]) -> dict[str, str]:
+    """``paper_cells = {metric = "Table I, COCO 1K, VSE++ 0.385 -> ladder 0.418"}``: where the paper reports each
+    part (any of the claim's improves, keeps or views), so that a reader can check the number it is judged against."""
+    raw = entry.get("paper_cells", {})
+    if not isinstance(raw, Mapping):
+        raise check.fail(f"{key}.paper_cells", f"must be a table {{metric = text}}; got {_describe(raw)}.")
+    cells = {}
+    for metric, text in raw.items():
+        if metric not in metrics:
+            raise check.fail(f"{key}.paper_cells.{metric}", "is not one of the claim's 'improves', 'keeps' or "
+                                                            f"'views' ({', '.join(metrics)}).")
+        cells[metric] = check.string(text, f"{key}.paper_cells.{metric}")
+    return cells
 
 
 def _paper_effect(check: _Checker, key: str, entry: Mapping[str, object],

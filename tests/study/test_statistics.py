@@ -155,7 +155,7 @@ def test_keeps_rule():
 
 def test_claim_verdict_combines_parts():
     assert claims.claim_verdict([claims.SUPPORTS, claims.SUPPORTS]) == claims.HOLDS
-    assert claims.claim_verdict([claims.SUPPORTS, claims.CONTRADICTS]) == claims.DOES_NOT_HOLD
+    assert claims.claim_verdict([claims.SUPPORTS, claims.CONTRADICTS]) == claims.MIXED
     assert claims.claim_verdict([claims.INCONCLUSIVE, claims.CONTRADICTS]) == claims.DOES_NOT_HOLD
     assert claims.claim_verdict([claims.SUPPORTS, claims.INCONCLUSIVE]) == claims.INCONCLUSIVE
     assert claims.claim_verdict([]) == claims.INCONCLUSIVE
@@ -182,7 +182,7 @@ def test_judge_claim_holds_does_not_hold_and_inconclusive():
     assert [p.verdict for p in holds.parts] == [claims.SUPPORTS, claims.SUPPORTS]
     assert holds.verdict == claims.HOLDS
     broken = _judge({"i2t_NCS@10": better_ncs, "i2t_R@1": worse_r1}, old, ["i2t_NCS@10"], ["i2t_R@1"])
-    assert broken.parts[1].verdict == claims.CONTRADICTS and broken.verdict == claims.DOES_NOT_HOLD
+    assert broken.parts[1].verdict == claims.CONTRADICTS and broken.verdict == claims.MIXED
     unclear = _judge({"i2t_NCS@10": better_ncs, "i2t_R@1": noisy_r1}, old, ["i2t_NCS@10"], ["i2t_R@1"])
     assert unclear.parts[1].verdict == claims.INCONCLUSIVE and unclear.verdict == claims.INCONCLUSIVE
     # medr (lower is better) rising by 2-3 ranks: "improves" is contradicted.
@@ -211,5 +211,6 @@ def test_metric_names_and_default_list():
 def test_run_figures_reads_neighborhood_preservation_in_percent():
     figures = run_figures({"flat": {"i2t_R@1": 10.0}, "rsum": 10.0,
                            "neighbourhood_preservation": {"reference": "sbert", "k": 20, "text": 0.25, "image": 0.5}})
-    assert figures == {"i2t_R@1": 10.0, "rsum": 10.0, "NP_text": 25.0, "NP_image": 50.0}
+    assert figures == {"i2t_R@1": 10.0, "rsum": 10.0, "NP_text": 25.0, "NP_image": 50.0, "NP_text@20": 25.0,
+                       "NP_image@20": 50.0}
     assert default_metrics(figures)[-2:] == ["NP_text", "NP_image"]
