@@ -45,6 +45,9 @@ flags.DEFINE_float("train_fraction", _default("train_fraction"),
                    "Train on this fraction of the training images: a fixed subset, the images with the smallest ids "
                    "(evaluation splits unchanged; e.g. 0.1 for SAM's limited-data setting).",
                    lower_bound=1e-6, upper_bound=1.0)
+flags.DEFINE_integer("train_subset_seed", _default("train_subset_seed"),
+                     "With --train_fraction < 1: 0 keeps the images with the smallest ids; s > 0 a random subset of "
+                     "the same size drawn with seed s (the same images on every machine).", lower_bound=0)
 flags.DEFINE_integer("image_size", _default("image_size"), "Side of the square model input.", lower_bound=16)
 flags.DEFINE_enum("captions_per_step", _default("captions_per_step"), ["sample", "all"],
                   "sample: one random caption per image per epoch; all: every caption is a sample.")

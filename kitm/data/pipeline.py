@@ -77,8 +77,8 @@ class PipelineConfig:
         neighbor_space: where the neighbours of neighbour-aware batching were found: "text" (the records'
             neighbors slot) or "image" (the image_neighbors slot, Thomas & Kovashka's Img NNs variant).
         test_crops: N; evaluation images become N random crops [N, H, W, 3] (1: the centre crop [H, W, 3]).
-        train_subset: (max_image_id, count): training reads only the `count` images whose `image/id` is at most
-            `max_image_id` (a fixed subset of the split, e.g. the launcher's --train_fraction); None: all.
+        train_subset: the sorted `image/id`s training reads (a fixed subset of the split, e.g. the launcher's
+            --train_fraction and --train_subset_seed); None: all.
     """
 
     batch_size: int = 128
@@ -97,7 +97,7 @@ class PipelineConfig:
     neighbor_draw: str = "mutual"
     neighbor_space: str = "text"
     test_crops: int = 1
-    train_subset: tuple[int, int] | None = None
+    train_subset: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.captions not in CAPTION_MODES:
@@ -284,8 +284,15 @@ def _records(root, split: str, config: PipelineConfig, training: bool, shard: tu
     records = records.map(lambda path, record: parse_record(path, record, spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=config.deterministic)
     if training and config.train_subset is not None:
-        max_id = tf.constant(config.train_subset[0], tf.int64)
-        records = records.filter(lambda parsed: parsed["image/id"] <= max_id)
+        # Membership by binary search in the sorted kept ids: O(log n) a record, whatever the subset's size.
+        kept = tf.constant(config.train_subset, tf.int64)
+
+        def is_kept(parsed):
+            image_id = tf.reshape(tf.cast(parsed["image/id"], tf.int64), [1])
+            position = tf.minimum(tf.searchsorted(kept, image_id, side="left")[0], tf.size(kept) - 1)
+            return tf.equal(tf.gather(kept, position), image_id[0])
+
+        records = records.filter(is_kept)
     return info, records
 
 
@@ -319,7 +326,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
     _check_shard(config, shard)
     info, records = _records(root, split, config, training=True, shard=shard)
-    num_images = info.num_images(split) if config.train_subset is None else config.train_subset[1]
+    num_images = info.num_images(split) if config.train_subset is None else len(config.train_subset)
     if shard is not None:
         num_images = len(range(shard[1], num_images, shard[0]))
     samples = num_images * (info.captions_per_image if config.captions == "all" else 1)

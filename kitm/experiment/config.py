@@ -24,6 +24,7 @@ class DataConfig:
     data_dir: str | None = None  # default tfrecords/<dataset> (kitm.experiment.datasets.default_data_dir)
     synthetic_num_scenes: int = 3000
     train_fraction: float = 1.0  # a fixed subset of the training images: those with the smallest ids
+    train_subset_seed: int = 0  # 0: that subset; s > 0: a random subset of the same size drawn with seed s
     image_size: int = 64
     captions_per_step: str = "sample"  # sample: one random caption per image per epoch; all: every caption
     relevance: str = "none"  # the batch relevance matrix's source: none, truth, cider, sbert

@@ -125,8 +125,12 @@ def ensure_dataset(config: ExperimentConfig):
     return schema.load_info(directory)
 
 
-def training_subset(config: ExperimentConfig, info) -> tuple[int, int] | None:
-    """train_fraction as PipelineConfig.train_subset: (largest kept image id, images kept); None for all."""
+def training_subset(config: ExperimentConfig, info) -> tuple[int, ...] | None:
+    """train_fraction and train_subset_seed as PipelineConfig.train_subset: the sorted image ids kept; None for all.
+
+    Subset seed 0 keeps the images with the smallest ids (the first claims study's subset); seed s > 0 a uniformly
+    random subset of the same size, drawn by numpy's ``default_rng(s)`` from the sorted ids, so that the same seed
+    picks the same images on every machine (SAM's limited-data claim on several subsets)."""
     if config.data.train_fraction >= 1.0:
         return None
     import numpy as np
@@ -135,7 +139,11 @@ def training_subset(config: ExperimentConfig, info) -> tuple[int, int] | None:
 
     ids = np.sort(read_image_ids(data_dir(config), "train"))
     count = max(1, round(config.data.train_fraction * ids.size))
-    return int(ids[count - 1]), count
+    if config.data.train_subset_seed == 0:
+        kept = ids[:count]
+    else:
+        kept = np.sort(np.random.default_rng(config.data.train_subset_seed).choice(ids, size=count, replace=False))
+    return tuple(int(i) for i in kept)
 
 
 def training_images(config: ExperimentConfig, info) -> int:

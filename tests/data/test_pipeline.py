@@ -110,15 +110,37 @@ def test_train_subset_reads_a_fixed_subset_of_the_training_images(tiny_synthetic
     from kitm.training.center_phases import read_image_ids
 
     ids = np.sort(read_image_ids(tiny_synthetic, "train"))
-    kept = ids[:24]  # 25% of the 96 training images: the smallest ids, the same every epoch and seed
-    for seed in (1, 2):
-        dataset = training_dataset(tiny_synthetic, "train", tokenizer,
-                                   _config(captions="all", seed=seed, train_subset=(int(kept[-1]), 24)))
-        seen = np.concatenate([y["image_index"].numpy() for _, y in dataset])
-        assert len(seen) == 24 * 5 // 16 * 16  # drop_remainder over the subset's samples
-        assert set(seen.tolist()) <= set(kept.tolist()) and len(set(seen.tolist())) >= 20
+    smallest = ids[:24]  # 25% of the 96 training images: the smallest ids, the same every epoch and seed
+    scattered = np.sort(np.random.default_rng(7).choice(ids, size=24, replace=False))  # any ids, not a prefix
+    for kept in (smallest, scattered):
+        for seed in (1, 2):
+            dataset = training_dataset(tiny_synthetic, "train", tokenizer,
+                                       _config(captions="all", seed=seed, train_subset=tuple(map(int, kept))))
+            seen = np.concatenate([y["image_index"].numpy() for _, y in dataset])
+            assert len(seen) == 24 * 5 // 16 * 16  # drop_remainder over the subset's samples
+            assert set(seen.tolist()) <= set(kept.tolist()) and len(set(seen.tolist())) >= 20
     with pytest.raises(KitmDataError, match="batch_size 16 is larger than the 5 training samples"):
-        training_dataset(tiny_synthetic, "train", tokenizer, _config(train_subset=(int(ids[4]), 5)))
+        training_dataset(tiny_synthetic, "train", tokenizer, _config(train_subset=tuple(map(int, ids[:5]))))
+
+
+def test_training_subset_seeds_pick_fixed_subsets(tiny_synthetic):
+    """--train_subset_seed 0 keeps the smallest ids (the first claims study's subset); other seeds random subsets of
+    the same size, the same for the same seed, different between seeds."""
+    from kitm.experiment import datasets
+    from kitm.experiment.presets import experiment_config
+    from kitm.training.center_phases import read_image_ids
+
+    ids = np.sort(read_image_ids(tiny_synthetic, "train"))
+    subsets = {seed: datasets.training_subset(experiment_config("synthetic", data_dir=str(tiny_synthetic),
+                                                                train_fraction=0.25, train_subset_seed=seed), None)
+               for seed in (0, 1, 2)}
+    assert subsets[0] == tuple(map(int, ids[:24]))
+    assert all(len(s) == 24 and list(s) == sorted(set(s)) and set(s) <= set(ids.tolist()) for s in subsets.values())
+    assert len({subsets[0], subsets[1], subsets[2]}) == 3
+    again = datasets.training_subset(experiment_config("synthetic", data_dir=str(tiny_synthetic), train_fraction=0.25,
+                                                       train_subset_seed=1), None)
+    assert again == subsets[1]
+    assert datasets.training_subset(experiment_config("synthetic", data_dir=str(tiny_synthetic)), None) is None
 
 
 def test_records_decoded_ahead_give_the_same_pixels(tiny_synthetic):
