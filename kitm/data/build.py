@@ -118,6 +118,10 @@ def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
     synthetic.add_argument("--near_duplicate_rate", type=float, default=None,
                            help="probability that a scene is an earlier one with one change (default 0.35): more "
                                 "near-duplicates, more captions that fit several images")
+    synthetic.add_argument("--caption_style", choices=("literal", "complementary"), default="literal",
+                           help="literal: captions describe what is drawn (COCO-like); complementary: captions name "
+                                "a story and materials that are not drawn and mention one object vaguely "
+                                "(news-like, the non-literal world)")
     synthetic.add_argument("--image_features_run", default=None,
                            help="store a trained run's image embeddings (its exported SavedModel, e.g. trained on "
                                 "a world of another --seed) instead of pixels: image mode 'feature', for "
@@ -214,6 +218,7 @@ def run(args: argparse.Namespace):
                                 **({} if counts is None else {"split_counts": counts}),
                                 **({} if args.near_duplicate_rate is None
                                    else {"near_duplicate_rate": args.near_duplicate_rate}),
+                                **({} if args.caption_style == "literal" else {"caption_style": args.caption_style}),
                                 **({} if args.image_features_run is None
                                    else {"image_features_run": os.path.abspath(args.image_features_run)})})
         features = None
@@ -226,7 +231,7 @@ def run(args: argparse.Namespace):
                 raise KitmDataError(f"--image_features_run={args.image_features_run}: {error}") from None
         return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,
                                split_counts=counts, near_duplicate_rate=args.near_duplicate_rate,
-                               image_features=features, **rows)
+                               caption_style=args.caption_style, image_features=features, **rows)
     if args.dataset == "karpathy":
         from kitm.data.karpathy import build_karpathy
 

@@ -80,6 +80,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
                     neighbors_k: int = DEFAULT_NEIGHBORS_K,
                     image_neighbors: ImageNeighborOptions | None = None,
                     split_counts: Sequence[int] | None = None, near_duplicate_rate: float | None = None,
+                    caption_style: str = "literal",
                     image_features: tuple[Callable[[np.ndarray], np.ndarray], dict] | None = None
                     ) -> schema.DatasetInfo:
     """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
@@ -93,7 +94,8 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
 
     `split_counts` (train, val, test scenes) replaces the default 80/10/10 split; `near_duplicate_rate` (default the
     generator's) sets how often a scene is an earlier one with one change, the knob of how many captions fit more
-    than one image. `image_features` = (encode, provenance), e.g. ``kitm.serving.image_features.
+    than one image; `caption_style` "complementary" writes the non-literal world (`kitm.data.synthetic.complementary`).
+    `image_features` = (encode, provenance), e.g. ``kitm.serving.image_features.
     saved_model_image_features(run)``: the records then hold ``encode(images)`` (image mode "feature", a frozen
     tower's features as VSE++'s precomputed ones) instead of PNG pixels; the pixel-space neighbour rows still come
     from the pixels.
@@ -102,6 +104,8 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
 
     out = pathlib.Path(out)
     world_options = {} if near_duplicate_rate is None else {"near_duplicate_rate": float(near_duplicate_rate)}
+    if caption_style != "literal":  # a literal world's dataset.json stays as before
+        world_options["caption_style"] = caption_style
     world = synthetic.generate_world(num_scenes, seed=seed, image_size=image_size,
                                      captions_per_image=captions_per_image, split_counts=split_counts,
                                      progress=progress, **world_options)

@@ -82,6 +82,18 @@ def test_synthetic_split_sizes_are_counts_or_fractions(tmp_path, capsys):
     assert "test: 10 images" in capsys.readouterr().out
 
 
+def test_synthetic_caption_style_is_built_and_recorded(tmp_path):
+    from kitm.data.pipeline import training_captions
+
+    literal, complementary = tmp_path / "literal", tmp_path / "complementary"
+    for out, style in ((literal, "literal"), (complementary, "complementary")):
+        assert main(["--dataset=synthetic", f"--out={out}", "--num_scenes=40", "--relevance=none", "--quiet",
+                     f"--caption_style={style}"]) == 0
+    assert "caption_style" not in schema.load_info(literal).source  # a literal world's dataset.json as before
+    assert schema.load_info(complementary).source["caption_style"] == "complementary"
+    assert training_captions(literal) != training_captions(complementary)
+
+
 def test_synthetic_split_sizes_default_to_the_world_s_own_split(tmp_path):
     from kitm.data.build import synthetic_split_counts
 

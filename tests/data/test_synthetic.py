@@ -535,3 +535,58 @@ def test_progress_bar_and_rate_extremes(capsys):
     assert "synthetic world" in capsys.readouterr().err
     chained = generate_world(30, seed=3, near_duplicate_rate=1.0)
     assert (chained.derived_from[1:] >= 0).all() and chained.derived_from[0] == -1
+
+
+# ---- the non-literal world (caption_style="complementary", kitm.data.synthetic.complementary) ----------------------
+
+def test_complementary_world_shares_scenes_and_states_only_visible_facts():
+    from kitm.data.synthetic.complementary import MATERIALS, TOPICS
+
+    literal = generate_world(300, seed=5)
+    world = generate_world(300, seed=5, caption_style="complementary")
+    # the same scenes, pixels and splits; only the captions differ
+    assert (world.images == literal.images).all() and (world.splits == literal.splits).all()
+    assert (world.scene_facts == literal.scene_facts).all() and world.caption_style == "complementary"
+    assert literal.topics is None and world.topics.shape == (300,) and world.topics.min() >= 0
+    assert world.topics.max() < len(TOPICS) and len(set(world.topics.tolist())) == len(TOPICS)
+    # each caption's facts are one mention, true of its own scene (relevance 1), as its words say
+    relevance = world.relevance()
+    own = relevance.reshape(300, 300, 5)[np.arange(300), np.arange(300)]
+    np.testing.assert_array_equal(own, 1.0)
+    named_topic, named_material = 0, 0
+    for n in range(300):
+        for text, row in zip(world.captions[n], world.caption_facts[n]):
+            assert row[5:].tolist() == [-1] * 6 and row[0] >= 0, (text, row.tolist())
+            tokens = re.findall(r"[a-z]+", text.lower())
+            for table, field, names in ((SHAPE_TOKENS, 0, SHAPES), (COLOUR_TOKENS, 1, COLOURS),
+                                        (SIZE_TOKENS, 2, SIZES)):
+                said = collections.Counter(table[t] for t in tokens if t in table)
+                stated = collections.Counter([names[row[field]]] if row[field] >= 0 else [])
+                assert said == stated, (text, row.tolist())
+            named_topic += any(phrase.lower() in text.lower() for phrase in TOPICS[world.topics[n]])
+            named_material += any(material in tokens for material in MATERIALS)
+    # most captions name the scene's story; about half a material; vaguer than literal captions
+    assert 0.75 < named_topic / 1500 < 0.95 and 0.35 < named_material / 1500 < 0.65
+    assert (world.caption_facts[..., 1] >= 0).mean() < 0.65 < (literal.caption_facts[..., 1] >= 0).mean()
+    # the story is hinted by the image: scenes whose largest object has the same shape and colour share it often
+    again = generate_world(300, seed=5, caption_style="complementary")
+    assert again.captions == world.captions and (again.topics == world.topics).all()
+    with pytest.raises(ValueError, match="caption_style"):
+        generate_world(4, caption_style="poetic")
+
+
+def test_complementary_captions_cluster_by_story_in_sentence_space():
+    """What the text adds is in its words: captions of scenes with the same story are nearer in a sentence-embedding
+    space (the offline MiniLM) than captions of other stories showing the same shape."""
+    from kitm.relevance import sentence_embeddings
+
+    world = generate_world(120, seed=2, caption_style="complementary")
+    texts = [text for captions in world.captions for text in captions]
+    topics = np.repeat(world.topics, 5)
+    shapes = world.caption_facts[..., 0].reshape(-1)
+    embeddings = sentence_embeddings(texts)
+    similarity = embeddings @ embeddings.T
+    off_diagonal = ~np.eye(len(texts), dtype=bool)
+    same_story = (topics[:, None] == topics[None, :]) & off_diagonal
+    same_shape_other_story = (shapes[:, None] == shapes[None, :]) & (topics[:, None] != topics[None, :])
+    assert similarity[same_story].mean() > similarity[same_shape_other_story].mean() + 0.1

@@ -9,7 +9,9 @@ One job per module:
 
 - `scenes`: sampling scenes (object placement, near-duplicate derivation) and their fact rows;
 - `rendering`: painting a scene's pixels;
-- `captions`: caption texts and the facts each states;
+- `captions`: caption texts and the facts each states (the literal world, COCO-like);
+- `complementary`: captions that add to the scene (a story, materials not drawn, one object vaguely), the
+  non-literal world, news-like;
 - `world`: ``generate_world`` and ``SyntheticWorld``, the world as a dataset with splits;
 - `kitm.data.synthetic_records`: writing the world as kitm TFRecords (`python -m kitm.data.build synthetic`).
 

@@ -18,6 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from kitm.data.synthetic.captions import scene_captions
+from kitm.data.synthetic.complementary import (CAPTION_STYLES, complementary_captions, object_materials,
+                                               scene_topic)
 from kitm.data.synthetic.rendering import render_scene
 from kitm.data.synthetic.scenes import SceneObject, derive_scene, fresh_scene, scene_fact_rows
 from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, MAX_OBJECTS, SCENE_FACT_FIELDS
@@ -40,6 +42,8 @@ class SyntheticWorld:
     splits: np.ndarray  # '<U5' [N]: "train" / "val" / "test"
     seed: int
     derived_from: np.ndarray | None = None  # int32 [N]
+    caption_style: str = "literal"  # "complementary": captions that add to the scene (kitm.data.synthetic.complementary)
+    topics: np.ndarray | None = None  # int32 [N], each scene's story (complementary worlds only)
 
     @property
     def num_scenes(self) -> int:
@@ -114,7 +118,8 @@ def _split_labels(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return labels[rng.permutation(int(counts.sum()))]
 
 
-def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate) -> None:
+def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate,
+                     caption_style="literal") -> None:
     """generate_world's arguments, each refused with its name and the value given."""
     if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
         raise ValueError(f"`num_scenes` must be a positive integer; got {num_scenes!r}.")
@@ -126,6 +131,8 @@ def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_dupl
         raise ValueError(f"`captions_per_image` must be a positive integer; got {captions_per_image!r}.")
     if not 0.0 <= float(near_duplicate_rate) <= 1.0:
         raise ValueError(f"`near_duplicate_rate` must be in [0, 1]; got {near_duplicate_rate!r}.")
+    if caption_style not in CAPTION_STYLES:
+        raise ValueError(f"`caption_style` must be one of {', '.join(CAPTION_STYLES)}; got {caption_style!r}.")
 
 
 def generate_world(
@@ -137,6 +144,7 @@ def generate_world(
     near_duplicate_rate: float = 0.35,
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     split_counts: Sequence[int] | None = None,
+    caption_style: str = "literal",
     progress: bool = False,
 ) -> SyntheticWorld:
     """Generate a deterministic synthetic world (module docstring): scenes, images, captions, facts and splits.
@@ -151,9 +159,12 @@ def generate_world(
         split_counts: scenes of train / val / test instead of fractions (they sum to `num_scenes`), e.g. a test
             split of 1,000 images whatever the world's size; the same counts in the same world give the same
             splits as the fractions that round to them.
+        caption_style: "literal" (captions describe what is drawn, as COCO's) or "complementary" (captions name a
+            story and materials that are not drawn and mention one object vaguely, as news captions:
+            `kitm.data.synthetic.complementary`). The scenes, images and splits are the same for both.
         progress: show a tqdm progress bar.
     """
-    _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate)
+    _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate, caption_style)
     num_scenes, image_size, captions_per_image = int(num_scenes), int(image_size), int(captions_per_image)
 
     # Independent streams: changing the caption templates, say, leaves the scenes and images unchanged.
@@ -163,6 +174,10 @@ def generate_world(
     counts = (_split_counts(num_scenes, split_fractions) if split_counts is None
               else _checked_counts(num_scenes, split_counts))
     splits = _split_labels(counts, split_rng)
+    complementary = caption_style == "complementary"
+    # The stories and materials draw from a fifth stream, so that a literal world stays byte-identical to before.
+    story_rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(5)[4]) if complementary else None
+    topics = np.full(num_scenes, -1, dtype=np.int32) if complementary else None
 
     images = np.empty((num_scenes, image_size, image_size, 3), dtype=np.uint8)
     scene_facts = np.empty((num_scenes, MAX_OBJECTS, len(SCENE_FACT_FIELDS)), dtype=np.int32)
@@ -188,7 +203,12 @@ def generate_world(
         scenes.append(objects)
         scene_facts[n] = scene_fact_rows(objects, image_size)
         images[n] = render_scene(objects, image_size, render_rng)
-        texts, facts = scene_captions(caption_rng, objects, image_size, captions_per_image)
+        if complementary:
+            topics[n] = scene_topic(story_rng, objects)
+            texts, facts = complementary_captions(caption_rng, objects, image_size, captions_per_image,
+                                                  int(topics[n]), object_materials(story_rng, objects))
+        else:
+            texts, facts = scene_captions(caption_rng, objects, image_size, captions_per_image)
         captions.append(texts)
         caption_facts[n] = facts
 
@@ -200,4 +220,6 @@ def generate_world(
         splits=splits,
         seed=int(seed),
         derived_from=derived_from,
+        caption_style=caption_style,
+        topics=topics,
     )
