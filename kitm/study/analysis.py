@@ -24,7 +24,7 @@ from kitm.study.commands import overridden_common_flags
 from kitm.study.metrics import default_metrics, lower_is_better
 from kitm.study.results import RunResult
 from kitm.study.spec import StudySpec
-from kitm.study.statistics import Interval, PairedComparison, paired_comparison, t_interval
+from kitm.study.statistics import Interval, PairedComparison, blocked_comparison, paired_comparison, t_interval
 from kitm.study.provenance import changed_files
 from kitm.study.validation_curves import collect_curves
 
@@ -115,6 +115,17 @@ class StudyAnalysis:
         if not candidate and not reference:
             return None
         return paired_comparison(candidate, reference, lower_is_better=lower_is_better(metric))
+
+    def blocked(self, pairs, configuration: str, baseline: str, metric: str) -> PairedComparison | None:
+        """The claim's pair (`configuration`, `baseline`) pooled over its blocks' pairs (label, candidate,
+        baseline) with the block as a fixed effect; any other pair (its truth control) as :meth:`comparison`."""
+        if (configuration, baseline) != pairs[0][1:]:
+            return self.comparison(configuration, baseline, metric)
+        data = [(label, self.values.get(c, {}).get(metric, {}), self.values.get(b, {}).get(metric, {}))
+                for label, c, b in pairs]
+        if not any(candidate or reference for _, candidate, reference in data):
+            return None
+        return blocked_comparison(data, lower_is_better=lower_is_better(metric))
 
 
 def _values(results: Sequence[RunResult], configurations: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
@@ -272,12 +283,27 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int])
                 if metric not in available and available:
                     warnings.append(f"claim {claim.name!r}: truth-control metric {metric!r} is in no run's "
                                     "evaluation")
-        analysis.claims.append(claim_rules.judge_claim(
-            claim.name, claim.configuration, claim.baseline, list(claim.improves), list(claim.keeps),
-            claim.keep_tolerance, analysis.comparison, paper_effect=claim.paper_effect,
-            paper_effect_source=claim.paper_effect_source, truth_control=claim.truth_control,
-            truth_control_metrics=claim.truth_control_metrics, bootstrap=analysis.bootstrap,
-            paper_cells=claim.paper_cells, views=claim.views))
+        def judge(configuration, baseline, compare, bootstrap, truth_control):
+            return claim_rules.judge_claim(
+                claim.name, configuration, baseline, list(claim.improves), list(claim.keeps), claim.keep_tolerance,
+                compare, paper_effect=claim.paper_effect, paper_effect_source=claim.paper_effect_source,
+                truth_control=truth_control, truth_control_metrics=claim.truth_control_metrics, bootstrap=bootstrap,
+                paper_cells=claim.paper_cells, views=claim.views)
+
+        if not claim.blocks:
+            analysis.claims.append(judge(claim.configuration, claim.baseline, analysis.comparison,
+                                         analysis.bootstrap, claim.truth_control))
+            continue
+        # Several worlds: the verdict on the differences pooled with the world as a block; each world's own verdict
+        # beside it (its truth control only in the claim's own world). No per-query bootstrap: the worlds' test
+        # items differ.
+        pairs = claim.block_pairs
+        pooled = judge(claim.configuration, claim.baseline,
+                       lambda c, b, m: analysis.blocked(pairs, c, b, m), None, claim.truth_control)
+        per_block = tuple((label, judge(c, b, analysis.comparison, None,
+                                        claim.truth_control if i == 0 else None))
+                          for i, (label, c, b) in enumerate(pairs))
+        analysis.claims.append(dataclasses.replace(pooled, per_block=per_block))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])
     analysis.validation_curves, curve_warnings = collect_curves(

@@ -291,6 +291,15 @@ class ClaimResult:
     truth_control: TruthControl | None = None
     paper_effect_source: str | None = None
     views: tuple[ClaimPart, ...] = ()  # secondary figures: shown, never part of the verdict
+    per_block: tuple[tuple[str, "ClaimResult"], ...] = ()  # each world's own verdict, when the claim spans several
+
+    @property
+    def block_note(self) -> str:
+        """"" with one block or when every block's verdict is the pooled one; else which world says what."""
+        verdicts = [(label, result.verdict) for label, result in self.per_block]
+        if not verdicts or all(verdict == self.verdict for _, verdict in verdicts):
+            return ""
+        return "the worlds disagree: " + "; ".join(f"{label} {verdict}" for label, verdict in verdicts)
 
     @property
     def outcome(self) -> tuple[str, str, int | None]:
@@ -315,7 +324,11 @@ class ClaimResult:
                 "verdict": self.verdict, "reason": self.reason, "key_metric": None if key is None else key.metric,
                 "paper_effect_source": self.paper_effect_source,
                 "truth_control": None if self.truth_control is None else self.truth_control.as_dict(),
-                "parts": [part.as_dict() for part in self.parts], "views": [view.as_dict() for view in self.views]}
+                "parts": [part.as_dict() for part in self.parts], "views": [view.as_dict() for view in self.views],
+                "per_block": [{"label": label, "verdict": result.verdict, "reason": result.reason,
+                               "parts": [part.as_dict() for part in result.parts]}
+                              for label, result in self.per_block],
+                "block_note": self.block_note}
 
 
 def _judge_part(kind: str, metric: str, configuration: str, baseline: str, tolerance: float | None,

@@ -143,8 +143,8 @@ def _summary_section(analysis: StudyAnalysis) -> list[str]:
         part = claim.key_part
         seeds = "-" if part is None else _seeds_for_paper(part)
         n = max((len(p.comparison.seeds) for p in claim.parts if p.comparison is not None), default=0)
-        rows.append([claim.name, f"**{claim.verdict}**", "; ".join(part_text(p) for p in claim.parts), str(n),
-                     seeds])
+        verdict = f"**{claim.verdict}**" + (f" ({claim.block_note})" if claim.block_note else "")
+        rows.append([claim.name, verdict, "; ".join(part_text(p) for p in claim.parts), str(n), seeds])
     return ["## Summary", "",
             "One row per claim: its verdict (rules below) and every pre-registered part: the "
             f"{CONFIDENCE:.0%} t interval of the paired improvement, whether the part holds (improvement interval "
@@ -177,6 +177,14 @@ def _claims_section(analysis: StudyAnalysis) -> list[str]:
                   "paired seeds.", "", f"Why: {claim.reason}.", ""]
         if claim.paper_effect_source:
             lines += [f"The paper's effects: {claim.paper_effect_source}.", ""]
+        if claim.per_block:
+            lines += [f"Pooled over {len(claim.per_block)} worlds with the world as a block (the interval: "
+                      "kitm.study.statistics.blocked_interval); each world's own verdict: "
+                      + "; ".join(f"{label}: **{result.verdict}** ("
+                                  + ", ".join(part_text(part) for part in result.parts) + ")"
+                                  for label, result in claim.per_block) + ".", ""]
+            if claim.block_note:
+                lines += [f"Note: {claim.block_note}.", ""]
         lines += _control_lines(claim)
         rows, power_rows = [], []
         for part in claim.parts:

@@ -102,7 +102,7 @@ _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags", "seeds"}
 _CLAIM_KEYS = {"name", "configuration", "baseline", "improves", "keeps", "keep_tolerance", "paper_effect",
-               "paper_cells", "views",
+               "paper_cells", "views", "blocks", "block_label",
                "paper_effect_source", "truth_control", "truth_control_metrics"}
 
 
@@ -158,6 +158,16 @@ class Claim:
     truth_control_metrics: tuple[str, ...] = ()  # empty without a truth_control
     paper_cells: Mapping[str, str] = dataclasses.field(default_factory=dict)  # metric -> where the paper reports it
     views: tuple[str, ...] = ()  # metrics shown beside the claim, never judged
+    # More (label, configuration, baseline) pairs of the same claim in other blocks (worlds): the verdict pools the
+    # paired differences of every block with the block as a fixed effect (kitm.study.statistics.blocked_interval);
+    # the claim's own pair is the block `block_label`.
+    blocks: tuple[tuple[str, str, str], ...] = ()
+    block_label: str = "world 0"
+
+    @property
+    def block_pairs(self) -> tuple[tuple[str, str, str], ...]:
+        """Every (label, configuration, baseline) of the claim, its own pair first; () without blocks."""
+        return ((self.block_label, self.configuration, self.baseline), *self.blocks) if self.blocks else ()
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "configuration": self.configuration, "baseline": self.baseline,
@@ -165,7 +175,8 @@ class Claim:
                 "keep_tolerance": dict(self.keep_tolerance), "paper_effect": dict(self.paper_effect),
                 "paper_effect_source": self.paper_effect_source, "truth_control": self.truth_control,
                 "truth_control_metrics": list(self.truth_control_metrics), "paper_cells": dict(self.paper_cells),
-                "views": list(self.views)}
+                "views": list(self.views), "blocks": [list(block) for block in self.blocks],
+                "block_label": self.block_label}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +337,7 @@ def _check_pairable(check: _Checker, configurations: list[Configuration], study_
     pairs = []
     for i, claim in enumerate(claims):
         pairs.append((f"claim[{i}]", claim.configuration, claim.baseline))
+        pairs += [(f"claim[{i}].blocks[{j}]", c, b) for j, (_, c, b) in enumerate(claim.blocks)]
         if claim.truth_control is not None:
             pairs.append((f"claim[{i}].truth_control", claim.truth_control, claim.baseline))
     for i, block in enumerate(dose_responses):
@@ -422,10 +434,42 @@ def _parse_claim(check: _Checker, index: int, entry: object, names: list[str], d
     if judged:
         raise check.fail(f"{key}.views", f"{judged[0]} is a judged part ('improves' or 'keeps'), not a view.")
     paper_cells = _paper_cells(check, key, entry, (*improves, *keeps, *views))
+    block_label = check.string(entry.get("block_label", "world 0"), f"{key}.block_label")
+    blocks = _blocks(check, key, entry, names, block_label)
     return Claim(name=name, configuration=configuration, baseline=baseline, improves=improves, keeps=keeps,
                  keep_tolerance=tolerances, paper_effect=paper_effect, paper_effect_source=source,
                  truth_control=truth_control, truth_control_metrics=control_metrics, paper_cells=paper_cells,
-                 views=views)
+                 views=views, blocks=blocks, block_label=block_label)
+
+
+def _blocks(check: _Checker, key: str, entry: Mapping[str, object], names: list[str],
+            own_label: str) -> tuple[tuple[str, str, str], ...]:
+    """``blocks = [{label = "world 2", configuration = "ladder_w2", baseline = "triplet_w2"}, ...]``: the same claim
+    in other blocks (worlds), each a pair of configurations with a label of its own."""
+    raw = entry.get("blocks", [])
+    if not isinstance(raw, list):
+        raise check.fail(f"{key}.blocks", f"must be a list of tables {{label, configuration, baseline}}; got "
+                                          f"{_describe(raw)}.")
+    blocks, labels = [], {own_label}
+    for i, block in enumerate(raw):
+        where = f"{key}.blocks[{i}]"
+        block = check.table(block, where, {"label", "configuration", "baseline"})
+        check.require(block, where, ("label", "configuration", "baseline"))
+        label = check.string(block["label"], f"{where}.label")
+        if label in labels:
+            raise check.fail(f"{where}.label", f"{label!r} names another block of the claim.")
+        labels.add(label)
+        pair = []
+        for field in ("configuration", "baseline"):
+            value = check.string(block[field], f"{where}.{field}")
+            if value not in names:
+                raise check.fail(f"{where}.{field}", f"{value!r} is not a configuration (configurations: "
+                                                     f"{', '.join(names)}).")
+            pair.append(value)
+        if pair[0] == pair[1]:
+            raise check.fail(f"{where}.baseline", f"the block compares {pair[0]!r} with itself.")
+        blocks.append((label, pair[0], pair[1]))
+    return tuple(blocks)
 
 
 def _paper_cells(check: _Checker, key: str, entry: Mapping[str, object], metrics: tuple[str, ...]) -> dict[str, str]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -181,6 +181,57 @@ def paired_comparison(candidate: Mapping[int, float], baseline: Mapping[int, flo
     d = np.array([float(candidate[s]) - float(baseline[s]) for s in seeds], dtype=np.float64)
     return PairedComparison(seeds=seeds, difference=t_interval(d, confidence), lower_is_better=bool(lower_is_better),
                             t_test_p=paired_t_test_p(d), wilcoxon_p=wilcoxon_p(d))
+
+
+def blocked_interval(blocks: Sequence[Iterable[float]], confidence: float = CONFIDENCE) -> Interval:
+    """The mean paired difference over several blocks (worlds), each block a fixed effect, with its t interval.
+
+    With blocks w = 1..W of n_w differences d_ws (e.g. the seeds of one configuration pair in world w):
+
+        mean = (1 / W) sum_w dbar_w                      (every block weighs the same)
+        s_p^2 = sum_w sum_s (d_ws - dbar_w)^2 / df,  df = sum_w (n_w - 1)   (the variance within blocks)
+        SE = s_p sqrt(sum_w 1 / n_w) / W,  interval = mean +- t(1 - alpha / 2, df) SE
+
+    the least-squares estimate of the mean of the block means in the model d_ws = mu_w + e_ws (a one-way layout
+    with the block as a fixed effect; e.g. Montgomery, *Design and Analysis of Experiments*, randomized blocks): the
+    spread between worlds is not error, and the interval speaks of these worlds. ``std`` is s_p, ``n`` the number
+    of differences. Blocks with no difference are left out; the interval is undefined when df < 1.
+    """
+    arrays = [np.asarray(list(block), dtype=np.float64) for block in blocks]
+    arrays = [a for a in arrays if a.size]
+    n = int(sum(a.size for a in arrays))
+    if not arrays:
+        return Interval(0, math.nan, math.nan, math.nan)
+    means = np.array([a.mean() for a in arrays])
+    mean = float(means.mean())
+    df = sum(a.size - 1 for a in arrays)
+    if df < 1:
+        return Interval(n, mean, math.nan, math.nan)
+    pooled = math.sqrt(sum(float(((a - a.mean()) ** 2).sum()) for a in arrays) / df)
+    standard_error = pooled * math.sqrt(sum(1.0 / a.size for a in arrays)) / len(arrays)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * standard_error
+    return Interval(n, mean, pooled, half)
+
+
+def blocked_comparison(pairs: Sequence[tuple[str, Mapping[int, float], Mapping[int, float]]], *,
+                       lower_is_better: bool = False, confidence: float = CONFIDENCE) -> PairedComparison:
+    """A candidate against its baseline in several blocks (label, candidate {seed: value}, baseline {seed: value}),
+    paired by seed within each block and pooled with the block as a fixed effect (:func:`blocked_interval`).
+    ``seeds`` are ``"<label>/<seed>"``; the t-test p is that of the blocked t statistic; the Wilcoxon p is not
+    defined for blocks (NaN)."""
+    blocks, seeds = [], []
+    for label, candidate, baseline in pairs:
+        common = sorted(set(candidate) & set(baseline))
+        blocks.append([float(candidate[s]) - float(baseline[s]) for s in common])
+        seeds += [f"{label}/{s}" for s in common]
+    interval = blocked_interval(blocks, confidence)
+    p = math.nan
+    if interval.defined:
+        df = sum(len(b) - 1 for b in blocks if b)
+        se = interval.half_width / float(stats.t.ppf(0.5 + confidence / 2, df))
+        p = (1.0 if interval.mean == 0 else 0.0) if se == 0 else float(2 * stats.t.sf(abs(interval.mean) / se, df))
+    return PairedComparison(seeds=tuple(seeds), difference=interval, lower_is_better=bool(lower_is_better),
+                            t_test_p=p, wilcoxon_p=math.nan)
 
 
 # ------------------------------------------------------------------------------------------------------- power

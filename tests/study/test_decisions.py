@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kitm.study import bootstrap, claims, cli
+from kitm.study import bootstrap, claims, cli, statistics
 from kitm.study.spec import SpecError, load_spec
 from kitm.study.statistics import (
     Interval,
@@ -446,3 +446,75 @@ def test_per_query_file_that_disagrees_with_the_eval_json_is_not_used(tmp_path):
     report = json.loads((study / "report.json").read_text())
     assert any(str(broken) in warning and "cannot be read" in warning for warning in report["warnings"])
     assert report["claims"][0]["parts"][1]["bootstrap"]["seeds"] == [1]
+
+
+BLOCKED_SPEC = """
+name = "worlds"
+out_dir = "{out}"
+seeds = [0, 1, 2, 3]
+baseline = "base"
+[evaluation]
+relevance = "truth"
+[[configuration]]
+name = "base"
+flags = ["--loss=triplet"]
+[[configuration]]
+name = "new"
+flags = ["--loss=triplet", "--margin=0.1"]
+[[configuration]]
+name = "base_w2"
+flags = ["--loss=triplet", "--data_dir=w2"]
+[[configuration]]
+name = "new_w2"
+flags = ["--loss=triplet", "--margin=0.1", "--data_dir=w2"]
+[[claim]]
+name = "new improves NCS in every world"
+configuration = "new"
+improves = ["i2t_NCS@10"]
+blocks = [{{label = "world 2", configuration = "new_w2", baseline = "base_w2"}}]
+"""
+
+
+def test_a_claim_over_worlds_pools_them_as_blocks_and_says_when_they_disagree(tmp_path):
+    """World 0: +1.0 +- noise on 4 seeds; world 2: -0.5. The pooled interval is the blocked one (the mean of the world
+    means, the spread within worlds), each world's verdict is shown, and the disagreement is named."""
+    study = tmp_path / "study"
+    gains = {"new": (1.0, 1.2, 0.9, 1.1), "new_w2": (-0.4, -0.6, -0.5, -0.45)}
+    for seed in range(4):
+        for base, new in (("base", "new"), ("base_w2", "new_w2")):
+            level = 60.0 + seed
+            _write_run(study, base, seed, {"i2t_NCS@10": np.full(5, level), **_recall_zeros()}, write_npz=False)
+            _write_run(study, new, seed, {"i2t_NCS@10": np.full(5, level + gains[new][seed]), **_recall_zeros()},
+                       write_npz=False)
+    path = tmp_path / "s.toml"
+    path.write_text(BLOCKED_SPEC.format(out=study))
+    assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
+    claim = json.loads((study / "report.json").read_text())["claims"][0]
+    expected = statistics.blocked_interval([gains["new"], gains["new_w2"]])
+    improvement = claim["parts"][0]["comparison"]["improvement"]
+    assert improvement["mean"] == pytest.approx(expected.mean) and improvement["low"] == pytest.approx(expected.low)
+    assert improvement["n"] == 8 and claim["parts"][0]["comparison"]["seeds"][:2] == ["world 0/0", "world 0/1"]
+    assert [(b["label"], b["verdict"]) for b in claim["per_block"]] == [("world 0", "holds"),
+                                                                        ("world 2", "does not hold")]
+    assert claim["verdict"] == "holds" and "the worlds disagree" in claim["block_note"]
+    markdown = (study / "report.md").read_text()
+    assert "Pooled over 2 worlds with the world as a block" in markdown and "world 2: **does not hold**" in markdown
+
+
+def _recall_zeros():
+    return {**{f"i2t_R@{k}": np.zeros(5) for k in (1, 5, 10)}, **{f"t2i_R@{k}": np.zeros(5) for k in (1, 5, 10)}}
+
+
+@pytest.mark.parametrize("edit, key, message", [
+    (lambda s: s.replace('label = "world 2"', 'label = "world 0"'), "claim[0].blocks[0].label", "names another"),
+    (lambda s: s.replace('configuration = "new_w2"', 'configuration = "nope"'),
+     "claim[0].blocks[0].configuration", "is not a configuration"),
+    (lambda s: s.replace('baseline = "base_w2"', 'baseline = "new_w2"'), "claim[0].blocks[0].baseline",
+     "with itself"),
+])
+def test_claim_blocks_are_checked(tmp_path, edit, key, message):
+    path = tmp_path / "s.toml"
+    path.write_text(edit(BLOCKED_SPEC.format(out=tmp_path / "study")))
+    with pytest.raises(SpecError) as error:
+        load_spec(path)
+    assert str(error.value).startswith(f"{path}: {key}: ") and message in str(error.value)

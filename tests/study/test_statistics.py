@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kitm.study import claims
+from kitm.study import claims, statistics
 from kitm.study.metrics import default_metrics, lower_is_better, parse_metric, run_figures
 from kitm.study.statistics import (
     Interval,
@@ -214,3 +214,32 @@ def test_run_figures_reads_neighborhood_preservation_in_percent():
     assert figures == {"i2t_R@1": 10.0, "rsum": 10.0, "NP_text": 25.0, "NP_image": 50.0, "NP_text@20": 25.0,
                        "NP_image@20": 50.0}
     assert default_metrics(figures)[-2:] == ["NP_text", "NP_image"]
+
+
+def test_blocked_interval_is_the_least_squares_mean_of_block_means():
+    """Oracle: ordinary least squares with one indicator per block (the fixed-effect model d = mu_w + e), the
+    contrast c = (1/W, ..., 1/W) and its standard error sigma^2 c' (X'X)^-1 c, with unequal block sizes."""
+    rng = np.random.default_rng(3)
+    blocks = [rng.normal(1, 1, 10), rng.normal(3, 0.5, 12), rng.normal(-1, 2, 7)]
+    interval = statistics.blocked_interval(blocks)
+    x = np.zeros((29, 3))
+    x[np.arange(29), np.repeat(np.arange(3), [10, 12, 7])] = 1
+    y = np.concatenate(blocks)
+    beta, rss, *_ = np.linalg.lstsq(x, y, rcond=None)
+    sigma2 = rss[0] / (29 - 3)
+    contrast = np.full(3, 1 / 3)
+    se = math.sqrt(sigma2 * contrast @ np.linalg.inv(x.T @ x) @ contrast)
+    assert interval.mean == pytest.approx(contrast @ beta)
+    assert interval.half_width == pytest.approx(stats.t.ppf(0.975, 26) * se)
+    assert interval.n == 29 and interval.std == pytest.approx(math.sqrt(sigma2))
+    # one block: the ordinary t interval; the spread between blocks is not error
+    assert statistics.blocked_interval([blocks[0]]).half_width == pytest.approx(statistics.t_interval(blocks[0]).half_width)
+    shifted = statistics.blocked_interval([blocks[0], blocks[0] + 100])
+    assert shifted.std == pytest.approx(np.std(blocks[0], ddof=1))
+    # edge cases: nothing, one difference per block (no spread within blocks), empty blocks left out
+    assert statistics.blocked_interval([]).n == 0 and not statistics.blocked_interval([[1.0], [2.0]]).defined
+    assert statistics.blocked_interval([[], [1.0, 3.0]]).mean == pytest.approx(2.0)
+    comparison = statistics.blocked_comparison([("a", {0: 2.0, 1: 3.0}, {0: 1.0, 1: 1.0, 2: 5.0}),
+                                                ("b", {0: 0.0, 1: 1.0}, {0: 1.0, 1: 1.0})])
+    assert comparison.seeds == ("a/0", "a/1", "b/0", "b/1") and comparison.difference.mean == pytest.approx(0.5)
+    assert math.isnan(comparison.wilcoxon_p) and 0 < comparison.t_test_p < 1
