@@ -135,6 +135,29 @@ def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_dupl
         raise ValueError(f"`caption_style` must be one of {', '.join(CAPTION_STYLES)}; got {caption_style!r}.")
 
 
+def _draw_scene(scene_rng, scenes: list, near_duplicate_rate: float, image_size: int):
+    """(objects, parent) of the next scene: with probability `near_duplicate_rate` an earlier scene with one change
+    (its index the parent), else a fresh one (parent -1)."""
+    n = len(scenes)
+    if n > 0 and scene_rng.random() < near_duplicate_rate:
+        parent = int(scene_rng.integers(n))
+        objects = derive_scene(scene_rng, scenes[parent], image_size)
+        if objects is not None:
+            return objects, parent
+    return fresh_scene(scene_rng, image_size), -1
+
+
+def _captions(caption_rng, story_rng, objects, image_size: int, count: int):
+    """(texts, facts, story) of one scene: literal captions without a story generator, complementary with one (the
+    story and the materials from `story_rng`, the texts from `caption_rng`, as the literal ones)."""
+    if story_rng is None:
+        return (*scene_captions(caption_rng, objects, image_size, count), -1)
+    topic = scene_topic(story_rng, objects)
+    texts, facts = complementary_captions(caption_rng, objects, image_size, count, topic,
+                                          object_materials(story_rng, objects))
+    return texts, facts, topic
+
+
 def generate_world(
     num_scenes: int = 3000,
     *,
@@ -192,23 +215,13 @@ def generate_world(
 
         indices = tqdm(indices, desc="synthetic world", unit="scene")
     for n in indices:
-        objects = None
-        if n > 0 and scene_rng.random() < near_duplicate_rate:
-            parent = int(scene_rng.integers(n))
-            objects = derive_scene(scene_rng, scenes[parent], image_size)
-            if objects is not None:
-                derived_from[n] = parent
-        if objects is None:
-            objects = fresh_scene(scene_rng, image_size)
+        objects, derived_from[n] = _draw_scene(scene_rng, scenes, near_duplicate_rate, image_size)
         scenes.append(objects)
         scene_facts[n] = scene_fact_rows(objects, image_size)
         images[n] = render_scene(objects, image_size, render_rng)
+        texts, facts, topic = _captions(caption_rng, story_rng, objects, image_size, captions_per_image)
         if complementary:
-            topics[n] = scene_topic(story_rng, objects)
-            texts, facts = complementary_captions(caption_rng, objects, image_size, captions_per_image,
-                                                  int(topics[n]), object_materials(story_rng, objects))
-        else:
-            texts, facts = scene_captions(caption_rng, objects, image_size, captions_per_image)
+            topics[n] = topic
         captions.append(texts)
         caption_facts[n] = facts
 
