@@ -21,6 +21,7 @@ from kitm.eval.kendall import kendall_tau_b
 from kitm.eval.map_at_r import map_at_r, map_at_r_per_query, r_precision
 from kitm.eval.neighborhood import nearest_neighbor_indices, neighborhood_preservation
 from kitm.eval.nway import n_way_recall
+from kitm.eval.options import MetricOptions, ReportOptions
 from kitm.eval.protocols import evaluate_coco_protocols, evaluate_folds
 from kitm.eval.ranking import top_k_indices
 from kitm.eval.report import (build_report, build_report_per_query, coherent_cutoffs, coherent_scores, flat_figures,
@@ -43,6 +44,8 @@ __all__ = [
     "coherent_score",
     "coherent_score_per_query",
     "evaluate",
+    "MetricOptions",
+    "ReportOptions",
     "evaluate_coco_protocols",
     "evaluate_folds",
     "flat_figures",

@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 
 import numpy as np
 
 from kitm.eval import _checks
 from kitm.eval._views import DIRECTIONS, DirectionView
 from kitm.eval.map_at_r import map_at_r_from_ranks, ranked_precision
+from kitm.eval.options import MetricOptions
 from kitm.eval.ranking import chunk_rows
 from kitm.eval.retrieval import _ground_truth_ranks, mean_rank, median_rank
 from kitm.eval.semantic import (
@@ -24,18 +24,8 @@ from kitm.eval.semantic import (
 )
 
 
-def evaluate(
-    sims: np.ndarray,
-    *,
-    captions_per_image: int = 5,
-    relevance: np.ndarray | None = None,
-    ks: Iterable[int] = (1, 5, 10),
-    include_gt: bool = False,
-    semantic_threshold: int = 1,
-    semantic_depth: int | None = None,
-    positive_threshold: float | None = None,
-    chunk_size: int | None = None,
-) -> dict[str, dict[str, object]]:
+def evaluate(sims: np.ndarray, *, relevance: np.ndarray | None = None, options: MetricOptions | None = None,
+             **settings) -> dict[str, dict[str, object]]:
     """Retrieval metrics of `sims` in both directions.
 
     Image i owns captions i*cpi .. i*cpi + cpi - 1. Ranks are 0-based internally, ties broken by
@@ -44,22 +34,12 @@ def evaluate(
 
     Args:
       sims: model scores [num_images, num_captions] (higher = more similar).
-      captions_per_image: cpi.
       relevance: optional N [num_captions, num_images], N[c, i] = relevance of caption c to
         image i (CIDEr-D or SPICE; the NCS reference's orientation). Enables "ncs" and
         "semantic_recall". A transposed matrix is reported as such unless the matrix is
         square (captions_per_image=1), where the two orientations cannot be told apart.
-      ks: cut-offs K.
-      include_gt: NCS and SR keep each query's own ground truth (reference ``include_anns``).
-        R, R^V, medr, meanr and mAP always rank every candidate.
-      semantic_threshold: m of SR, the number of most relevant images that form the extended
-        ground truth (reference ``threshold``, default 1).
-      semantic_depth: per-caption list length in SR's aggregation; default max(ks), as the
-        reference (which uses its last recall cut-off).
-      positive_threshold: mAP@R and R-Precision (:mod:`kitm.eval.map_at_r`) count as relevant each
-        query's own ground truth and, with `relevance` and this threshold, every candidate whose relevance
-        is >= it (extended positives, as ECCV Caption extends COCO's); None: the ground truth only.
-      chunk_size: queries per chunk (default: sized to about 4M matrix elements).
+      options, settings: :class:`kitm.eval.options.MetricOptions` (captions_per_image, ks, include_gt,
+        semantic_threshold, semantic_depth, positive_threshold, chunk_size), as one object or as keywords.
 
     Returns:
       ``{"i2t": {...}, "t2i": {...}}``; each holds "recall" (R@K, Eq. 1) and "recall_vse"
@@ -72,31 +52,23 @@ def evaluate(
       >>> evaluate(sims, captions_per_image=2, ks=(1,))["i2t"]["recall"]
       {1: 50.0}
     """
-    return evaluate_per_query(sims, captions_per_image=captions_per_image, relevance=relevance, ks=ks,
-                              include_gt=include_gt, semantic_threshold=semantic_threshold,
-                              semantic_depth=semantic_depth, positive_threshold=positive_threshold,
-                              chunk_size=chunk_size)[0]
+    return evaluate_per_query(sims, relevance=relevance, options=MetricOptions.of(options, settings))[0]
 
 
-def evaluate_per_query(
-    sims: np.ndarray,
-    *,
-    captions_per_image: int = 5,
-    relevance: np.ndarray | None = None,
-    ks: Iterable[int] = (1, 5, 10),
-    include_gt: bool = False,
-    semantic_threshold: int = 1,
-    semantic_depth: int | None = None,
-    positive_threshold: float | None = None,
-    chunk_size: int | None = None,
-) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
-    """(:func:`evaluate`'s result, the per-query values behind it).
+def evaluate_per_query(sims: np.ndarray, *, relevance: np.ndarray | None = None,
+                       options: MetricOptions | None = None,
+                       **settings) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
+    """(:func:`evaluate`'s result, the per-query values behind it); the same arguments.
 
     The second dict mirrors the first: ``{"i2t": {"recall_vse": {K: float64 [queries]}, "map": [queries],
     ...}}`` in percent (0 or 100 for R^V@K), queries in evaluation order (images for i2t, captions for
     t2i), NaN where a query is left out of the mean (mAP@R and R-Precision without a relevant item). medr
     and meanr, which are not means over queries, have none. Every figure is ``float(np.nanmean(values))``.
     """
+    o = MetricOptions.of(options, settings).metric_options()
+    captions_per_image, ks, include_gt = o.captions_per_image, o.ks, o.include_gt
+    semantic_threshold, semantic_depth = o.semantic_threshold, o.semantic_depth
+    positive_threshold, chunk_size = o.positive_threshold, o.chunk_size
     sims = _checks.as_matrix(sims, "sims")
     cpi = _checks.positive_int(captions_per_image, "captions_per_image")
     num_images, num_captions = _checks.similarity_layout(sims, cpi)

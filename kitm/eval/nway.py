@@ -47,22 +47,12 @@ def sample_without_replacement(
     return out
 
 
-def n_way_recall(
-    sims: np.ndarray | None,
-    n: int,
-    *,
-    image_embeddings: np.ndarray | None = None,
-    text_embeddings: np.ndarray | None = None,
-    captions_per_image: int = 1,
-    seed: int = 0,
-    repeats: int = 1,
-) -> dict[str, float]:
+def n_way_recall(sims: np.ndarray | None, n: int, **options) -> dict[str, float]:
     """N-way R@1 in percent for both directions: {"i2t": ..., "t2i": ...}.
 
-    The mean over queries of :func:`n_way_recall_per_query` (arguments as there).
+    The mean over queries of :func:`n_way_recall_per_query`, which takes the same arguments and documents them.
     """
-    per_query = n_way_recall_per_query(sims, n, image_embeddings=image_embeddings, text_embeddings=text_embeddings,
-                                       captions_per_image=captions_per_image, seed=seed, repeats=repeats)
+    per_query = n_way_recall_per_query(sims, n, **options)
     return {direction: _checks.figure(values) for direction, values in per_query.items()}
 
 

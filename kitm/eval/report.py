@@ -39,6 +39,7 @@ candidate count on smaller sets (:func:`coherent_cutoffs`).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -52,6 +53,7 @@ from kitm.eval._views import DIRECTIONS, DirectionView
 from kitm.eval.coherent import coherent_score_per_query
 from kitm.eval.evaluation import evaluate_per_query, figures_of
 from kitm.eval.nway import n_way_recall_per_query
+from kitm.eval.options import ReportOptions
 from kitm.eval.protocols import average_results, fold_slices
 from kitm.eval.retrieval import _ground_truth_ranks
 from kitm.files import write_bytes_atomically, write_text_atomically
@@ -134,14 +136,12 @@ def _coherent_per_query(sims, relevance, cpi, ks, caption) -> dict[str, dict[int
     }
 
 
-def _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption, chunk_size,
-           positive_threshold=None):
+def _block(sims, relevance, options: ReportOptions):
     """(figures, per-query values) of one set: evaluate, CS@K and N-way R@1, both directions."""
-    result, per_query = evaluate_per_query(sims, captions_per_image=cpi, relevance=relevance, ks=ks,
-                                           include_gt=include_gt, semantic_threshold=semantic_threshold,
-                                           positive_threshold=positive_threshold, chunk_size=chunk_size)
-    if relevance is not None and cs_ks:
-        cs = _coherent_per_query(sims, relevance, cpi, cs_ks, cs_caption)
+    cpi = options.captions_per_image
+    result, per_query = evaluate_per_query(sims, relevance=relevance, options=options.metric_options())
+    if relevance is not None and options.cs_ks:
+        cs = _coherent_per_query(sims, relevance, cpi, options.cs_ks, options.cs_caption)
         for direction in result:
             per_query[direction]["coherent_score"] = cs[direction]
             result[direction]["coherent_score"] = figures_of(cs[direction])
@@ -197,63 +197,25 @@ def fold_recall(sims: np.ndarray, captions_per_image: int, fold_images: int, ks:
     return figures, per_query
 
 
-def build_report(
-    sims: np.ndarray,
-    *,
-    captions_per_image: int = 5,
-    relevance: np.ndarray | None = None,
-    ks: Iterable[int] = (1, 5, 10),
-    include_gt: bool = False,
-    semantic_threshold: int = 1,
-    cs_ks: Iterable[int] | None = None,
-    cs_caption: int = 0,
-    fold_size: int | None = 1000,
-    fold_images: int | None = None,
-    positive_threshold: float | None = None,
-    chunk_size: int | None = None,
-) -> dict[str, object]:
+def build_report(sims: np.ndarray, *, relevance: np.ndarray | None = None, options: ReportOptions | None = None,
+                 **settings) -> dict[str, object]:
     """Every figure of `sims` (and `relevance`), as described in the module docstring.
 
     The report of :func:`build_report_per_query` (same arguments) without the per-query values.
     """
-    return build_report_per_query(sims, captions_per_image=captions_per_image, relevance=relevance, ks=ks,
-                                  include_gt=include_gt, semantic_threshold=semantic_threshold, cs_ks=cs_ks,
-                                  cs_caption=cs_caption, fold_size=fold_size, fold_images=fold_images,
-                                  positive_threshold=positive_threshold, chunk_size=chunk_size)[0]
+    return build_report_per_query(sims, relevance=relevance, options=ReportOptions.of(options, settings))[0]
 
 
-def build_report_per_query(
-    sims: np.ndarray,
-    *,
-    captions_per_image: int = 5,
-    relevance: np.ndarray | None = None,
-    ks: Iterable[int] = (1, 5, 10),
-    include_gt: bool = False,
-    semantic_threshold: int = 1,
-    cs_ks: Iterable[int] | None = None,
-    cs_caption: int = 0,
-    fold_size: int | None = 1000,
-    fold_images: int | None = None,
-    positive_threshold: float | None = None,
-    chunk_size: int | None = None,
-) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+def build_report_per_query(sims: np.ndarray, *, relevance: np.ndarray | None = None,
+                           options: ReportOptions | None = None,
+                           **settings) -> tuple[dict[str, object], dict[str, np.ndarray]]:
     """(report, per-query values): every figure of `sims` (and `relevance`), as the module docstring describes.
 
     Args:
       sims: [num_images, num_captions]; image i owns captions i*cpi .. i*cpi + cpi - 1.
-      captions_per_image: cpi.
       relevance: optional [num_captions, num_images]; adds NCS, SR and CS.
-      ks: cut-offs of R, R^V, NCS and SR.
-      include_gt, semantic_threshold: passed to :func:`kitm.eval.evaluate`.
-      cs_ks: CS cut-offs for the whole set; default :func:`coherent_cutoffs` (N/10, N). The
-        five-fold block always uses the folds' own (fold_size/10, fold_size).
-      cs_caption: the caption of each image used by CS.
-      fold_size: images per fold of the COCO 1K protocol; the "coco_1k" block is added when the
-        set holds exactly 5 * fold_size images. None: never.
-      fold_images: F of the "folds" block (R^V@K and R@K on folds of F images); None: no such block.
-      positive_threshold: extended positives of mAP@R and R-Precision (relevance >= it, besides the ground
-        truth); None: the ground truth only. Needs `relevance`.
-      chunk_size: queries per chunk in :func:`kitm.eval.evaluate`.
+      options, settings: :class:`kitm.eval.options.ReportOptions` (those of :func:`kitm.eval.evaluate` and cs_ks,
+        cs_caption, fold_size, fold_images), as one object or as keywords.
 
     Returns:
       report: {"num_images", "num_captions", "captions_per_image", "ks", "cs_ks", "fold_size",
@@ -262,13 +224,16 @@ def build_report_per_query(
       per-query values: {flat name (:func:`flat_figures`): float64 [queries]} for every figure that is a
       mean over queries, NaN where a query is left out; ``float(np.nanmean(values))`` is the figure.
     """
+    options = ReportOptions.of(options, settings)
     sims = _checks.as_matrix(sims, "sims")
-    cpi = _checks.positive_int(captions_per_image, "captions_per_image")
+    cpi = _checks.positive_int(options.captions_per_image, "captions_per_image")
     num_images, num_captions = _checks.similarity_layout(sims, cpi)
-    ks = _checks.cutoffs(ks)
+    ks = _checks.cutoffs(options.ks)
     if relevance is not None:
         relevance = _checks.relevance_layout(relevance, num_images, num_captions)
-    cs_ks = _checked_cs_cutoffs(cs_ks, num_images)
+    cs_ks = _checked_cs_cutoffs(options.cs_ks, num_images)
+    cs_caption, positive_threshold, fold_size = options.cs_caption, options.positive_threshold, options.fold_size
+    options = dataclasses.replace(options, captions_per_image=cpi, ks=ks, cs_ks=cs_ks)
     use_cs = relevance is not None and bool(cs_ks)
     report: dict[str, object] = {
         "num_images": num_images,
@@ -280,18 +245,16 @@ def build_report_per_query(
         "fold_size": None,
         "positive_threshold": None if positive_threshold is None else float(positive_threshold),
     }
-    report["all"], per_query = _block(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_ks, cs_caption,
-                                      chunk_size, positive_threshold)
+    report["all"], per_query = _block(sims, relevance, options)
     flat_per_query = _flatten(per_query, "", np.asarray)
-    if fold_images is not None:
-        folds, fold_values = fold_recall(sims, cpi, fold_images, ks, chunk_size)
+    if options.fold_images is not None:
+        folds, fold_values = fold_recall(sims, cpi, options.fold_images, ks, options.chunk_size)
         report["folds"] = folds
         flat_per_query.update(_flatten(fold_values, f"fold{folds['fold_images']}_", np.asarray))
     if fold_size is not None:
         fold_size = _checks.positive_int(fold_size, "fold_size")
         if num_images == COCO_FOLDS * fold_size:
-            report["coco_1k"] = _coco_1k(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_caption,
-                                         chunk_size, positive_threshold, fold_size)
+            report["coco_1k"] = _coco_1k(sims, relevance, options, fold_size)
             report["fold_size"] = fold_size
     return report, flat_per_query
 
@@ -305,17 +268,15 @@ def _checked_cs_cutoffs(cs_ks: Iterable[int] | None, num_images: int) -> tuple[i
     return cs_ks
 
 
-def _coco_1k(sims, cpi, relevance, ks, include_gt, semantic_threshold, cs_caption, chunk_size, positive_threshold,
-             fold_size: int) -> dict[str, object]:
+def _coco_1k(sims, relevance, options: ReportOptions, fold_size: int) -> dict[str, object]:
     """The COCO 1K protocol: every figure on each of the 5 folds of `fold_size` images (CS with the folds' own
     cut-offs), averaged."""
-    fold_cs = coherent_cutoffs(fold_size)
+    fold_options = dataclasses.replace(options, cs_ks=coherent_cutoffs(fold_size))
     folds = []
-    for images, captions in fold_slices(sims.shape[0], COCO_FOLDS, cpi):
+    for images, captions in fold_slices(sims.shape[0], COCO_FOLDS, options.captions_per_image):
         block = None if relevance is None else relevance[captions, images]
         try:
-            folds.append(_block(sims[images, captions], cpi, block, ks, include_gt, semantic_threshold,
-                                fold_cs, cs_caption, chunk_size, positive_threshold)[0])
+            folds.append(_block(sims[images, captions], block, fold_options)[0])
         except ValueError as error:
             raise ValueError(f"COCO 1K protocol (folds of fold_size={fold_size} images): {error}") from None
     return average_results(folds)
