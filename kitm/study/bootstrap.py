@@ -5,7 +5,9 @@ This module varies the test items with the trained models fixed: each run's eval
 ``<eval json stem>.per_query.npz`` beside its eval JSON (``study_eval.per_query.npz``), where
 ``np.load(path)[metric]`` is the metric's value for every query in kitm.eval's order (image q for ``i2t_``,
 caption q for ``t2i_``; CS's t2i queries are one caption per image) and its nanmean is the figure in the JSON. Figures that are not means over queries (medr, meanr, rsum, the
-neighbourhood preservation NP_*) are not in it.
+neighbourhood preservation NP_*) are not in it. After the evaluation the study compacts the file in place
+(:mod:`kitm.study.per_query_files`: only the arrays a bootstrap uses, two-level ones as bits, the others as
+float32); :func:`load_per_query` reads both formats.
 
 **Paired bootstrap** (:func:`paired_bootstrap`). For B = 2,000 resamples, draw Q query indices with replacement
 (Q = the number of queries) from a fixed-seed generator and compute, for every seed s,
@@ -35,6 +37,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from kitm.study.metrics import RSUM, lower_is_better, parse_metric
+from kitm.study.per_query_files import read_per_query
 from kitm.study.statistics import CONFIDENCE
 
 RESAMPLES = 2000
@@ -175,8 +178,8 @@ def paired_bootstrap(candidate: Sequence[Mapping[str, np.ndarray]], baseline: Se
 
 
 def load_per_query(path: pathlib.Path) -> dict[str, np.ndarray] | None:
-    """The arrays of a run's per-query file, or None when it does not exist (runs scored before it existed)."""
+    """The float64 arrays of a run's per-query file, kitm.eval's full format or the study's compact one
+    (:mod:`kitm.study.per_query_files`), or None when it does not exist (runs scored before it existed)."""
     if not path.is_file():
         return None
-    with np.load(path, allow_pickle=False) as data:
-        return {name: np.asarray(data[name], dtype=np.float64) for name in data.files}
+    return read_per_query(path)

@@ -7,6 +7,10 @@ For each run (:class:`kitm.study.runs.RunPlan`), in spec order:
 3. Otherwise ``python -m kitm.launch`` (a killed run's launcher resumes from its ``backup/`` by itself), then
    ``python -m kitm.eval``.
 
+After the evaluation the run's per-query file (``study_eval.per_query.npz``, kitm.eval's full format) is compacted
+in place (:func:`kitm.study.per_query_files.compact_file`: written under a temporary name, then renamed over it),
+keeping what the study's bootstrap reads.
+
 Each command runs in its own process (TensorFlow state never leaks between runs, and a crash ends one run, not
 the study) with its stdout and stderr appended to ``launch.log`` / ``eval.log``; the logs are append-only
 streams, the one exception to writing files atomically, since a half-written log line loses nothing. A non-zero
@@ -20,11 +24,14 @@ import datetime
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 
 from kitm.progress import progress_bar as tqdm
 
 from kitm.study import commands, runs
+from kitm.study.bootstrap import per_query_path
+from kitm.study.per_query_files import compact_file
 from kitm.study.provenance import source_commit
 from kitm.study.runs import RunPlan
 
@@ -100,9 +107,22 @@ def run_one(plan: RunPlan, env: Mapping[str, str], interpreter: str | None = Non
             status.update(state=runs.FAILED, failed_stage=stage, returncode=returncode, log_tail=tail)
             runs.write_status(plan, status)
             return Outcome(plan, "failed", total, stage, returncode)
+    compact_per_query(plan)
     status.update(state=runs.DONE, failed_stage=None, returncode=0, log_tail=None)
     runs.write_status(plan, status)
     return Outcome(plan, action, total)
+
+
+def compact_per_query(plan: RunPlan) -> bool:
+    """Compact the run's per-query file in place (module docstring); False when there is none, it is compact
+    already, or it cannot be read (then it stays as kitm.eval wrote it, and the report says it cannot be read)."""
+    path = per_query_path(plan.eval_json)
+    if not path.is_file():
+        return False
+    try:
+        return compact_file(path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
 
 
 def run_all(plans: Sequence[RunPlan], env: Mapping[str, str], *, progress: bool = True,
