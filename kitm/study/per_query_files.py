@@ -9,8 +9,9 @@ small as its values allow. The full files stay reproducible: kitm.eval writes th
 exists, and those of the committed claims study are in git history (docs/studies.md).
 
 What is kept (:func:`kept`): R@K per direction (the six of rsum and any other K), the fold figures' R@K
-(``fold100_i2t_R@1``, ...), NCS@K, SR@K and CS@K of every K, and mAP@R, in both directions; not mAP, R-Precision,
-IR_R@K, N-way recall (their arrays go: a study that bootstraps them needs the full file).
+(``fold100_i2t_R@1``, ...), NCS@K, SR@K, CS@K and N-way R@1 (two-level, a few bits a query) of every K, and mAP@R,
+in both directions; not mAP, R-Precision, IR_R@K (their arrays go: a study that bootstraps them needs the full
+file).
 
 The format (an ``np.savez_compressed`` archive, deflate; read with ``np.load(allow_pickle=False)``):
 
@@ -48,7 +49,7 @@ import numpy as np
 FORMAT_VERSION = 1
 TWO_LEVELS = 0
 FLOAT32 = 1
-KEPT_PATTERNS = (re.compile(r"^(fold\d+_)?(i2t|t2i)_(R|NCS|SR|CS)@\d+$"), re.compile(r"^(i2t|t2i)_mAP_at_R$"))
+KEPT_PATTERNS = (re.compile(r"^(fold\d+_)?(i2t|t2i)_(R|NCS|SR|CS|NWAY_R1)@\d+$"), re.compile(r"^(i2t|t2i)_mAP_at_R$"))
 
 
 def kept(name: str, extra: Iterable[str] = ()) -> bool:
