@@ -55,7 +55,8 @@ def test_round_trip_two_level_float32_and_nan(tmp_path):
             bound = np.spacing(np.abs(defined).max().astype(np.float32)) / 2 / defined.size
             assert abs(np.nanmean(values) - np.nanmean(full[name])) <= bound * 1.001, name
     assert {name for name, kind in kinds.items() if kind == per_query_files.TWO_LEVELS} == {
-        "i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "fold100_i2t_R@1", "fold100_t2i_R@1"}
+        "i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "fold100_i2t_R@1", "fold100_t2i_R@1",
+        "t2i_NWAY_R1@5"}
     assert np.isnan(back["fold100_i2t_R@1"][30:]).all() and np.isnan(back["i2t_CS@100"][[3, 17]]).all()
     np.testing.assert_array_equal(back["i2t_SR@5"], full["i2t_SR@5"])  # float32 numbers already: exact
     assert bootstrap.load_per_query(path).keys() == back.keys()
