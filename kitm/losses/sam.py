@@ -209,7 +209,7 @@ class SAMLoss(RetrievalLoss):
       max_margin: SAM's margin clip (1.0; None for none).
       seed: for `sampling="random"` (and the warm-up's random draws): None or a Python int, the op seed of
         `samplers.random_negatives` on TensorFlow; on JAX and PyTorch the start of the loss's
-        `keras.random.SeedGenerator`s (`samplers.seed_stream`, listed in `seed_generators`).
+        `keras.random.SeedGenerator`s (`samplers.seed_stream`; their state in `non_trainable_variables`).
       hardest_warmup_steps: for this many training steps first, the triplet sums over negatives and the
         `hardest` sampler draws at random (kitm.losses.base, "Hardest-negative warm-up").
       negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
@@ -255,10 +255,11 @@ class SAMLoss(RetrievalLoss):
         self.term_names = tuple(names)
 
     @property
-    def seed_generators(self) -> list:
-        """The `keras.random.SeedGenerator`s of the random draws (none on TensorFlow, whose draws are op-seeded):
-        state a stateless trainer (JAX) carries through the training step."""
-        return [seed for seed in self._seeds if isinstance(seed, keras.random.SeedGenerator)]
+    def non_trainable_variables(self) -> list:
+        """The state of the random draws' `keras.random.SeedGenerator`s on JAX and PyTorch (none on TensorFlow, whose
+        draws are op-seeded): what a stateless trainer (JAX) carries through its step, as for
+        `AdaptiveMarginTripletLoss`."""
+        return [seed.state for seed in self._seeds if isinstance(seed, keras.random.SeedGenerator)]
 
     def sample(self, similarity, image_index=None, hardest_on=True) -> tuple:
         """The two SAM index vectors for this batch: (negative_captions, negative_images), or (n0, n1)

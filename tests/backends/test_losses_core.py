@@ -123,7 +123,8 @@ def _caption_anchor_terms(s, margin, hardest, image_index):
 
 
 PORTED = ("kitm/ops/similarity.py", "kitm/losses/base.py", "kitm/losses/samplers.py", "kitm/losses/triplet.py",
-          "kitm/losses/global_batch.py", "kitm/losses/contrastive.py", "kitm/losses/sam.py")
+          "kitm/losses/global_batch.py", "kitm/losses/contrastive.py", "kitm/losses/sam.py",
+          "kitm/losses/adaptive_margin.py")
 
 
 @pytest.mark.parametrize("path", PORTED)
@@ -151,14 +152,16 @@ for name in ("kitm.losses", "kitm.ops"):
     sys.modules[name] = package
 import numpy as np
 from kitm.losses.contrastive import GradedInfoNCELoss, InfoNCELoss, SigLIPLoss
+from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
 from kitm.losses.sam import SAMLoss
 from kitm.losses.triplet import TripletLoss
 from kitm.losses import global_batch, samplers
 x = np.eye(3, dtype="float32")
 y_true = {"relevance": np.eye(3, dtype="float32"), "image_index": np.arange(3)}
 for loss in (InfoNCELoss(), GradedInfoNCELoss(0.1), SigLIPLoss(), TripletLoss(negatives="global"),
-             SAMLoss(3.0, sampling="random", seed=1)):
+             SAMLoss(3.0, sampling="random", seed=1), AdaptiveMarginTripletLoss(seed=2)):
     assert np.isfinite(float(loss(y_true, {"image": x, "text": x})))
+assert loss.statistics()["used_x"] == 3
 assert global_batch.global_batch({"image": x, "text": x}) is None and global_batch.num_replicas_in_sync() == 1
 picks = samplers.random_negatives(np.eye(3) < 1, seed=samplers.seed_stream(3)).indices
 assert all(int(p) != i for i, p in enumerate(picks))
