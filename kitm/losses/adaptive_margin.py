@@ -14,7 +14,11 @@ i.e. those with `D+ - D- + m <= 0` (zero hinge), and m <- c m when M > r (Eq. 13
 the printed Eq. 11 counts the violations (`> 0`) while the text says "adhering to the margins"; kitm
 follows the text. For that the loss adds, on every call, the satisfied and used counts of each
 direction to per-replica accumulators (`synchronization=ON_READ`, `aggregation=SUM`): a replica only
-writes its own copy, and a read in cross-replica context sums the replicas.
+writes its own copy, and a read in cross-replica context sums the replicas. Those are TensorFlow's
+(`tf.distribute`); on JAX and PyTorch, where one loss sees the whole batch, they are plain Keras variables
+(`_accumulator`, the one backend branch, which imports TensorFlow only on its backend). Every variable the loss
+reads or updates in a training step (margins, counters, the random draws' seed states) is listed in
+`non_trainable_variables`, for a stateless trainer (JAX) to carry through its step.
 
 Example (hand-computed, one direction): x = [1, 0], y+ = [0.6, 0.8], y- = [0, 1], m = 0.2:
 D+ = |[0.4, -0.8]| = 0.8944, D- = |[1, -1]| = 1.4142, hinge [0.8944 - 1.4142 + 0.2]+ = 0 (satisfied);
@@ -27,11 +31,12 @@ from typing import Mapping, NamedTuple
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses import samplers
 from kitm.losses.base import RetrievalLoss
-from kitm.ops.similarity import negative_mask
+from kitm.losses.global_batch import _tensorflow
+from kitm.ops.similarity import cosine_similarity_matrix, negative_mask
 
 __all__ = [
     "SAMPLINGS",
@@ -52,15 +57,25 @@ SAMPLINGS = ("random", "hardest", "easiest", "all")
 # Per-replica accumulators
 # --------------------------------------------------------------------------------------------------
 
-def _strategy_of(variable):
+def _strategy_of(tf, variable):
     # The variable's own strategy: a callback may run outside `strategy.scope()`, where get_strategy() is the
     # default one and would read the aggregate instead of the copies.
     return getattr(variable, "distribute_strategy", None) or tf.distribute.get_strategy()
 
 
+def _tf_variable(variable):
+    # A Keras variable on TensorFlow holds a tf.Variable (its value), the one a strategy knows.
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
 def replica_local_values(variable) -> list[np.ndarray]:
-    """The value of every replica's copy of `variable` (one entry without a distribution strategy)."""
-    strategy = _strategy_of(variable)
+    """The value of every replica's copy of `variable` (one entry without a distribution strategy, and on JAX and
+    PyTorch, whose variables have one copy)."""
+    tf = _tensorflow()
+    if tf is None:
+        return [np.asarray(ops.convert_to_numpy(variable))]
+    variable = _tf_variable(variable)
+    strategy = _strategy_of(tf, variable)
     return [np.asarray(v.numpy() if hasattr(v, "numpy") else v)
             for v in strategy.experimental_local_results(variable)]
 
@@ -71,43 +86,61 @@ def assign_replica_local(variable, values) -> None:
     Assigning the copies one by one sidesteps the aggregation rule of a cross-replica assign (with SUM,
     TensorFlow would divide the value by the number of replicas).
     """
-    local = _strategy_of(variable).experimental_local_results(variable)
+    tf = _tensorflow()
+    if tf is None:
+        local = [variable]
+    else:
+        variable = _tf_variable(variable)
+        local = _strategy_of(tf, variable).experimental_local_results(variable)
     if isinstance(values, (list, tuple)):
         if len(values) != len(local):
             raise ValueError(f"Expected {len(local)} per-replica values for {variable.name}; got {len(values)}.")
     else:
         values = [values] * len(local)
     for copy, value in zip(local, values):
-        copy.assign(tf.cast(value, copy.dtype))
+        copy.assign(ops.cast(value, copy.dtype))
 
 
-def _accumulator(name: str, shape, dtype):
-    return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
-                       synchronization=tf.VariableSynchronization.ON_READ,
-                       aggregation=tf.VariableAggregation.SUM)
+def _accumulator(name: str, shape, dtype: str):
+    """A per-replica counter (module docstring). On TensorFlow a sync-on-read tf.Variable whose cross-replica read
+    sums the replicas; elsewhere a Keras variable (one copy: the loss sees the global batch), int64 unless JAX runs
+    without 64-bit types (int32 there)."""
+    tf = _tensorflow()
+    if tf is not None:
+        return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
+                           synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.SUM)
+    if dtype == "int64" and keras.backend.backend() == "jax":
+        import jax
+
+        dtype = "int64" if jax.config.jax_enable_x64 else "int32"
+    return keras.Variable(np.zeros(shape, dtype), trainable=False, dtype=dtype, name=name)
 
 
 # --------------------------------------------------------------------------------------------------
 # Distances and the plain functions
 # --------------------------------------------------------------------------------------------------
 
-def _safe_sqrt(squared: tf.Tensor) -> tf.Tensor:
+def _safe_sqrt(squared):
     """sqrt with a zero (not NaN) gradient at 0: two identical embeddings are a valid input."""
     positive = squared > 0
-    return tf.where(positive, tf.sqrt(tf.where(positive, squared, tf.ones_like(squared))), tf.zeros_like(squared))
+    return ops.where(positive, ops.sqrt(ops.where(positive, squared, ops.ones_like(squared))),
+                     ops.zeros_like(squared))
 
 
-def l2_distance(a, b, squared: bool = False) -> tf.Tensor:
+def l2_distance(a, b, squared: bool = False):
     """Row-wise `|a_i - b_i|_2` (or its square), [B]; from the differences, exact near 0."""
-    squared_distance = tf.reduce_sum(tf.square(a - b), axis=-1)
+    a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
+    squared_distance = ops.sum(ops.square(a - b), axis=-1)
     return squared_distance if squared else _safe_sqrt(squared_distance)
 
 
-def pairwise_l2_distances(a, b, squared: bool = False) -> tf.Tensor:
+def pairwise_l2_distances(a, b, squared: bool = False):
     """`D[i, j] = |a_i - b_j|_2` (or its square), [Ba, Bb], via the Gram matrix (no [Ba, Bb, D] tensor)."""
-    squared_distance = tf.nn.relu(tf.reduce_sum(tf.square(a), axis=1)[:, None]
-                                  + tf.reduce_sum(tf.square(b), axis=1)[None, :]
-                                  - 2.0 * tf.matmul(a, b, transpose_b=True))
+    a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
+    squared_distance = ops.relu(ops.expand_dims(ops.sum(ops.square(a), axis=1), 1)
+                                + ops.expand_dims(ops.sum(ops.square(b), axis=1), 0)
+                                - 2.0 * cosine_similarity_matrix(a, b))
     return squared_distance if squared else _safe_sqrt(squared_distance)
 
 
@@ -117,25 +150,35 @@ class AdaptiveMarginTerms(NamedTuple):
     i2t, t2i: [B] (image anchor p; caption anchor p). satisfied_x/used_x, satisfied_y/used_y: int32 scalars.
     """
 
-    i2t: tf.Tensor
-    t2i: tf.Tensor
-    satisfied_x: tf.Tensor
-    used_x: tf.Tensor
-    satisfied_y: tf.Tensor
-    used_y: tf.Tensor
+    i2t: object  # backend tensors
+    t2i: object
+    satisfied_x: object
+    used_x: object
+    satisfied_y: object
+    used_y: object
 
 
-def _check_embeddings(image, text) -> tuple[tf.Tensor, tf.Tensor]:
-    image, text = tf.convert_to_tensor(image), tf.convert_to_tensor(text)
-    if image.shape.rank != 2 or text.shape.rank != 2 or not image.shape.is_compatible_with(text.shape):
+def _dtype(tensor) -> str:
+    return keras.backend.standardize_dtype(tensor.dtype)
+
+
+def _check_embeddings(image, text) -> tuple:
+    image, text = ops.convert_to_tensor(image), ops.convert_to_tensor(text)
+    same_shape = len(image.shape) == len(text.shape) and all(
+        a is None or b is None or a == b for a, b in zip(image.shape, text.shape))
+    if len(image.shape) != 2 or len(text.shape) != 2 or not same_shape:
         raise ValueError(f"image and text must be [B, D] embeddings of one shape; got {image.shape} and {text.shape}.")
-    if not image.dtype.is_floating or image.dtype != text.dtype:
-        raise ValueError(f"image and text must be floats of one dtype; got {image.dtype.name} and {text.dtype.name}.")
+    if "float" not in _dtype(image) or _dtype(image) != _dtype(text):
+        raise ValueError(f"image and text must be floats of one dtype; got {_dtype(image)} and {_dtype(text)}.")
     return image, text
 
 
+def _is_tensor(value) -> bool:
+    return isinstance(value, keras.Variable) or ops.is_tensor(value)
+
+
 def _check_margin(name: str, margin):
-    if isinstance(margin, (tf.Tensor, tf.Variable)):
+    if _is_tensor(margin):
         return margin
     margin = float(margin)
     if not margin >= 0:
@@ -143,15 +186,15 @@ def _check_margin(name: str, margin):
     return margin
 
 
-def _as_dtype(value, dtype) -> tf.Tensor:
-    # A Python float goes straight to `dtype` (tf.cast would round it through float32 first).
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        return tf.cast(value, dtype)
-    return tf.constant(value, dtype)
+def _as_dtype(value, dtype):
+    # A Python float goes straight to `dtype` (a cast would round it through float32 first on TensorFlow).
+    if _is_tensor(value):
+        return ops.cast(value, dtype)
+    return ops.convert_to_tensor(value, dtype=dtype)
 
 
-def _count(mask) -> tf.Tensor:
-    return tf.reduce_sum(tf.cast(mask, tf.int32))
+def _count(mask):
+    return ops.sum(ops.cast(mask, "int32"))
 
 
 def adaptive_margin_triplet_terms(image, text, negative_captions=None, negative_images=None, *,
@@ -179,32 +222,32 @@ def adaptive_margin_triplet_terms(image, text, negative_captions=None, negative_
     if negative_captions is None:
         distances = pairwise_l2_distances(image, text, squared)  # [p, q] = D(x_p, y_q)
         negative = negative_mask(distances, image_index)
-        zeros = tf.zeros_like(distances)
+        zeros = ops.zeros_like(distances)
         # Rows: image anchor p against captions q; columns: caption anchor q against images p.
-        argument_x = positive[:, None] - distances + margin_x
-        argument_y = positive[None, :] - distances + margin_y
-        i2t = tf.reduce_sum(tf.where(negative, tf.nn.relu(argument_x), zeros), axis=1)
-        t2i = tf.reduce_sum(tf.where(negative, tf.nn.relu(argument_y), zeros), axis=0)
-        return AdaptiveMarginTerms(i2t, t2i, _count(tf.logical_and(negative, argument_x <= 0)), _count(negative),
-                                   _count(tf.logical_and(negative, argument_y <= 0)), _count(negative))
+        argument_x = ops.expand_dims(positive, 1) - distances + margin_x
+        argument_y = ops.expand_dims(positive, 0) - distances + margin_y
+        i2t = ops.sum(ops.where(negative, ops.relu(argument_x), zeros), axis=1)
+        t2i = ops.sum(ops.where(negative, ops.relu(argument_y), zeros), axis=0)
+        return AdaptiveMarginTerms(i2t, t2i, _count(ops.logical_and(negative, argument_x <= 0)), _count(negative),
+                                   _count(ops.logical_and(negative, argument_y <= 0)), _count(negative))
     terms = []
     for anchors, candidates, index, margin, name in ((image, text, negative_captions, margin_x, "negative_captions"),
                                                      (text, image, negative_images, margin_y, "negative_images")):
-        index = tf.convert_to_tensor(index)
-        if index.shape.rank != 1 or not index.dtype.is_integer:
-            raise ValueError(f"{name} must be an int [B] vector; got {index.dtype.name} {index.shape}.")
-        index = tf.cast(index, tf.int32)
+        index = ops.convert_to_tensor(index)
+        if len(index.shape) != 1 or "int" not in _dtype(index):
+            raise ValueError(f"{name} must be an int [B] vector; got {_dtype(index)} {index.shape}.")
+        index = ops.cast(index, "int32")
         valid = index >= 0
-        negatives = tf.gather(candidates, tf.maximum(index, 0))
+        negatives = ops.take(candidates, ops.where(valid, index, ops.zeros_like(index)), axis=0)
         argument = positive - l2_distance(anchors, negatives, squared) + margin
-        hinge = tf.where(valid, tf.nn.relu(argument), tf.zeros_like(argument))
-        terms.append((hinge, _count(tf.logical_and(valid, argument <= 0)), _count(valid)))
+        hinge = ops.where(valid, ops.relu(argument), ops.zeros_like(argument))
+        terms.append((hinge, _count(ops.logical_and(valid, argument <= 0)), _count(valid)))
     (i2t, sat_x, used_x), (t2i, sat_y, used_y) = terms
     return AdaptiveMarginTerms(i2t, t2i, sat_x, used_x, sat_y, used_y)
 
 
 def adaptive_margin_triplet_loss(image, text, negative_captions=None, negative_images=None, *, margin_x=0.2,
-                                 margin_y=0.2, image_index=None, squared: bool = False) -> tf.Tensor:
+                                 margin_y=0.2, image_index=None, squared: bool = False):
     """Eq. 10 per batch row [B] (image anchor p's term plus caption anchor p's); the sum is L_T.
 
     Arguments as in `adaptive_margin_triplet_terms`.
@@ -228,12 +271,13 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
       margin_x, margin_y: initial margins of image and caption anchors (paper: 0.2).
       sampling: "random" (the paper, Sec. 4.1), "hardest" (closest), "easiest" (furthest) or "all".
       squared: squared L2 distances instead of L2.
-      seed: op seed of the random sampler (None: nondeterministic).
+      seed: op seed of the random sampler (None: nondeterministic) on TensorFlow; on JAX and PyTorch the start of
+        the loss's `keras.random.SeedGenerator`s (`samplers.seed_stream`).
       hardest_warmup_steps: with `sampling="hardest"`, random negatives for this many training steps first
         (kitm.losses.base, "Hardest-negative warm-up").
     State (create the loss inside `strategy.scope()`): `margin_x`, `margin_y` (non-trainable variables,
     assigned by `kitm.callbacks.AdaptiveMarginCallback`) and the satisfied/used counters read by
-    `statistics()`. Terms: "i2t", "t2i".
+    `statistics()`; `non_trainable_variables` lists them with the random draws' seed states. Terms: "i2t", "t2i".
     """
 
     term_names = ("i2t", "t2i")
@@ -249,23 +293,34 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
         self.sampling = sampling
         self.squared = bool(squared)
         self.seed = None if seed is None else int(seed)
-        self.margin_x = tf.Variable(self.initial_margins[0], trainable=False, dtype=tf.float32, name=f"{name}_margin_x")
-        self.margin_y = tf.Variable(self.initial_margins[1], trainable=False, dtype=tf.float32, name=f"{name}_margin_y")
+        self.margin_x = keras.Variable(self.initial_margins[0], trainable=False, dtype="float32",
+                                       name=f"{name}_margin_x")
+        self.margin_y = keras.Variable(self.initial_margins[1], trainable=False, dtype="float32",
+                                       name=f"{name}_margin_y")
         # [x, y] counts; int64 so that long accumulation windows cannot lose counts.
-        self.satisfied_counts = _accumulator(f"{name}_satisfied", [2], tf.int64)
-        self.used_counts = _accumulator(f"{name}_used", [2], tf.int64)
+        self.satisfied_counts = _accumulator(f"{name}_satisfied", [2], "int64")
+        self.used_counts = _accumulator(f"{name}_used", [2], "int64")
+        # A different stream for the other direction, so the two draws are independent.
+        self._seeds = (samplers.seed_stream(self.seed), samplers.seed_stream(self.seed, 1))
+
+    @property
+    def non_trainable_variables(self) -> list:
+        """The variables the loss reads or updates in a training step: the margins, the counters and (on JAX and
+        PyTorch) the random draws' seed states; a stateless trainer (JAX) carries them through its step."""
+        seeds = [seed.state for seed in self._seeds if isinstance(seed, keras.random.SeedGenerator)]
+        return [self.margin_x, self.margin_y, self.satisfied_counts, self.used_counts] + seeds
 
     def _negatives(self, image, text, image_index):
         if self.sampling == "all":
             return None, None
-        scores = -pairwise_l2_distances(tf.stop_gradient(image), tf.stop_gradient(text), self.squared)
+        scores = -pairwise_l2_distances(ops.stop_gradient(image), ops.stop_gradient(text), self.squared)
         negative = negative_mask(scores, image_index)
         mode = {"random": "random", "hardest": "hardest", "easiest": "easiest"}[self.sampling]
         hardest_on = self.hardest_negatives_on() if mode == "hardest" else True
-        captions = samplers.sample_negatives(scores, negative, mode, axis=1, seed=self.seed, hardest_on=hardest_on)
-        # A different op seed for the other direction, so the two draws are independent.
-        images = samplers.sample_negatives(scores, negative, mode, axis=0,
-                                           seed=None if self.seed is None else self.seed + 1, hardest_on=hardest_on)
+        captions = samplers.sample_negatives(scores, negative, mode, axis=1, seed=self._seeds[0],
+                                             hardest_on=hardest_on)
+        # A different op seed (stream) for the other direction, so the two draws are independent.
+        images = samplers.sample_negatives(scores, negative, mode, axis=0, seed=self._seeds[1], hardest_on=hardest_on)
         return captions.indices, images.indices
 
     def compute_terms(self, y_true, y_pred):
@@ -276,10 +331,11 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
         image_index = self.optional(y_true, "image_index")
         negative_captions, negative_images = self._negatives(image, text, image_index)
         terms = adaptive_margin_triplet_terms(
-            image, text, negative_captions, negative_images, margin_x=tf.cast(self.margin_x, image.dtype),
-            margin_y=tf.cast(self.margin_y, image.dtype), image_index=image_index, squared=self.squared)
-        self.satisfied_counts.assign_add(tf.cast(tf.stack([terms.satisfied_x, terms.satisfied_y]), tf.int64))
-        self.used_counts.assign_add(tf.cast(tf.stack([terms.used_x, terms.used_y]), tf.int64))
+            image, text, negative_captions, negative_images, margin_x=ops.cast(self.margin_x, image.dtype),
+            margin_y=ops.cast(self.margin_y, image.dtype), image_index=image_index, squared=self.squared)
+        counts_dtype = keras.backend.standardize_dtype(self.satisfied_counts.dtype)
+        self.satisfied_counts.assign_add(ops.cast(ops.stack([terms.satisfied_x, terms.satisfied_y]), counts_dtype))
+        self.used_counts.assign_add(ops.cast(ops.stack([terms.used_x, terms.used_y]), counts_dtype))
         return {"i2t": terms.i2t, "t2i": terms.t2i}
 
     # Called eagerly by the callback, outside the training step.

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.global_batch import GlobalBatch, check_negatives, global_batch, replica_share
 from kitm.ops.similarity import cosine_similarity_matrix
@@ -52,23 +52,26 @@ def check_margin(margin: float) -> float:
     return margin
 
 
-def reduce_per_row(values: tf.Tensor, reduction: str | None) -> tf.Tensor:
+def reduce_per_row(values, reduction: str | None):
     """Reduce a [B] vector of per-row loss values the way `keras.losses.Loss` would."""
     if reduction in (None, "none"):
         return values
+    values = ops.convert_to_tensor(values)
     if reduction == "sum":
-        return tf.reduce_sum(values)
+        return ops.sum(values)
     if reduction in ("sum_over_batch_size", "mean"):
-        return tf.math.divide_no_nan(tf.reduce_sum(values), tf.cast(tf.size(values), values.dtype))
+        # sum / max(B, 1): divide_no_nan's 0 for an empty batch, in the values' dtype on every backend.
+        return ops.sum(values) / ops.cast(ops.maximum(ops.size(values), 1), values.dtype)
     raise ValueError(f"Unsupported reduction {reduction!r}; use 'sum', 'sum_over_batch_size', 'mean' or 'none'.")
 
 
-def scale_for_replicas(value: tf.Tensor, reduction: str | None) -> tf.Tensor:
+def scale_for_replicas(value, reduction: str | None):
     """Divide a reduced loss by the number of replicas in sync, as Keras does for its own losses.
 
     Each replica reduces its local batch; the optimizer sums gradients over replicas, so the division
     makes the update that of the mean over replicas of the per-replica losses. (A loss with global negatives is
-    scaled by `kitm.losses.global_batch.replica_share` instead.)
+    scaled by `kitm.losses.global_batch.replica_share` instead.) Only TensorFlow's `tf.distribute` runs a loss per
+    replica; on JAX and PyTorch the loss sees the global batch and R is 1 (`kitm.losses.global_batch`, "Backends").
     """
     return replica_share(value, reduction, global_negatives=False)
 
@@ -104,22 +107,26 @@ class RetrievalLoss(keras.losses.Loss):
 
     def hardest_negatives_on(self):
         """Whether hardest-negative terms are in force: True without a warm-up, else a scalar bool tensor,
-        False for the first `hardest_warmup_steps` training steps (module docstring)."""
+        False for the first `hardest_warmup_steps` training steps (module docstring). The step is read as a
+        tensor, so one traced step function (tf.function, jax.jit) switches when the step passes the warm-up."""
         if not self.hardest_warmup_steps:
             return True
         if self._training_step is None:
             raise ValueError(f"{type(self).__name__}(hardest_warmup_steps={self.hardest_warmup_steps}) needs the "
                              "training step: compile it into a kitm DualEncoder, or call "
                              "loss.bind_training_step(optimizer.iterations).")
-        return tf.convert_to_tensor(self._training_step) >= self.hardest_warmup_steps
+        return ops.greater_equal(ops.convert_to_tensor(self._training_step), self.hardest_warmup_steps)
 
-    def compute_terms(self, y_true, y_pred: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def compute_terms(self, y_true, y_pred: Mapping) -> dict:
         """Return {term name: per-row values [B]}; their sum is the loss."""
         raise TypeError(f"{type(self).__name__} is abstract: subclasses define compute_terms")
 
     def call(self, y_true, y_pred):
-        terms = self.compute_terms(y_true, y_pred)
-        return tf.add_n(list(terms.values()))
+        terms = list(self.compute_terms(y_true, y_pred).values())
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        return total
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras' Loss.__call__ casts every y_true entry to the loss dtype and rejects None; kitm's y_true is a
@@ -127,11 +134,11 @@ class RetrievalLoss(keras.losses.Loss):
         if not isinstance(y_pred, Mapping):
             raise ValueError(f"{type(self).__name__} takes y_pred = {{'image': [B, D], 'text': [B, D]}}; got "
                              f"{type(y_pred).__name__}.")
-        with tf.name_scope(self.name):
-            y_pred = {key: tf.cast(value, self.dtype) for key, value in y_pred.items()}
+        with keras.name_scope(self.name):
+            y_pred = {key: ops.cast(value, self.dtype) for key, value in y_pred.items()}
             values = self.call(y_true, y_pred)
             if sample_weight is not None:
-                values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
+                values = values * ops.cast(ops.reshape(sample_weight, (-1,)), values.dtype)
             return replica_share(reduce_per_row(values, self.reduction), self.reduction, self.global_negatives)
 
     @property
@@ -142,7 +149,7 @@ class RetrievalLoss(keras.losses.Loss):
         """This replica's view of the global batch under `negatives="global"` and several replicas, else None."""
         return global_batch(y_pred) if self.global_negatives else None
 
-    def whole_batch_terms(self, y_true, y_pred, compute) -> dict[str, tf.Tensor]:
+    def whole_batch_terms(self, y_true, y_pred, compute) -> dict:
         """`compute(y_true, y_pred)` -> {term: [B]}, and under global negatives with several replicas the same on
         the gathered global batch (`GlobalBatch.gather_batch`), of which this replica keeps its own rows: for the
         losses that read the whole similarity matrix (`kitm.losses.global_batch`)."""
@@ -161,14 +168,14 @@ class RetrievalLoss(keras.losses.Loss):
         return config
 
     @staticmethod
-    def similarity(y_pred: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    def similarity(y_pred: Mapping):
         if not isinstance(y_pred, Mapping) or "image" not in y_pred or "text" not in y_pred:
             raise ValueError(
                 "kitm losses take y_pred = {'image': [B, D], 'text': [B, D]}; got "
                 f"{type(y_pred).__name__} with keys {list(y_pred) if isinstance(y_pred, Mapping) else 'n/a'}."
             )
-        image, text = tf.convert_to_tensor(y_pred["image"]), tf.convert_to_tensor(y_pred["text"])
-        if image.shape.rank != 2 or text.shape.rank != 2:
+        image, text = ops.convert_to_tensor(y_pred["image"]), ops.convert_to_tensor(y_pred["text"])
+        if len(image.shape) != 2 or len(text.shape) != 2:
             raise ValueError(f"Embeddings must be [B, D]; got image {image.shape} and text {text.shape}.")
         return cosine_similarity_matrix(image, text)
 
@@ -180,9 +187,12 @@ class RetrievalLoss(keras.losses.Loss):
         return None
 
 
-def hardest_or_sum(hardest: tf.Tensor, total: tf.Tensor, hardest_on) -> tf.Tensor:
+def hardest_or_sum(hardest, total, hardest_on):
     """`hardest` where the hardest-negative terms are in force (`hardest_on`, a Python bool or a scalar bool
-    tensor from `RetrievalLoss.hardest_negatives_on`), else `total` (the sum over negatives)."""
+    tensor from `RetrievalLoss.hardest_negatives_on`), else `total` (the sum over negatives).
+
+    A tensor switch is an elementwise select on a scalar condition, not a branch: both forms are computed, so it
+    traces under tf.function and jax.jit alike."""
     if isinstance(hardest_on, bool):
         return hardest if hardest_on else total
-    return tf.where(hardest_on, hardest, total)
+    return ops.where(hardest_on, hardest, total)

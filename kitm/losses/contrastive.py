@@ -65,11 +65,11 @@ from __future__ import annotations
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss
 from kitm.losses.global_batch import graded_info_nce_block_terms, info_nce_block_terms, siglip_block_terms
-from kitm.ops.similarity import same_image_mask
+from kitm.ops.similarity import diagonal_mask, same_image_mask
 
 __all__ = [
     "CLIP_LOGIT_SCALE", "CLIP_MAX_LOGIT_SCALE", "SIGLIP_LOGIT_SCALE", "SIGLIP_BIAS",
@@ -88,22 +88,43 @@ SIGLIP_BIAS = -10.0  # b at initialisation (SigLIP)
 # Checks
 # --------------------------------------------------------------------------------------------------
 
-def _square(similarity) -> tf.Tensor:
-    similarity = tf.convert_to_tensor(similarity)
-    if similarity.shape.rank != 2 or not similarity.dtype.is_floating:
-        raise ValueError(f"similarity must be a float [B, B] matrix; got {similarity.dtype.name} {similarity.shape}.")
+def _dtype(tensor) -> str:
+    return keras.backend.standardize_dtype(tensor.dtype)
+
+
+def _is_float(tensor) -> bool:
+    return "float" in _dtype(tensor)
+
+
+def _compatible(shape, other) -> bool:
+    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
+
+
+def _square(similarity):
+    similarity = ops.convert_to_tensor(similarity)
+    if len(similarity.shape) != 2 or not _is_float(similarity):
+        raise ValueError(f"similarity must be a float [B, B] matrix; got {_dtype(similarity)} {similarity.shape}.")
     rows, columns = similarity.shape
     if rows is not None and columns is not None and rows != columns:
         raise ValueError(f"similarity must be square [B, B] (image p with caption p); got shape {similarity.shape}.")
     return similarity
 
 
-def _scalar(value, dtype, name: str) -> tf.Tensor:
-    # dtype_hint: a Python float stays exact in float64 (converted to float32 first it would not).
-    value = tf.cast(tf.convert_to_tensor(value, dtype_hint=dtype), dtype)
-    if value.shape.rank not in (None, 0):
+def _scalar(value, dtype, name: str):
+    # A Python number goes straight to `dtype`: exact in float64 (converted to float32 first it would not be).
+    if isinstance(value, (int, float)):
+        value = ops.convert_to_tensor(value, dtype=dtype)
+    value = ops.cast(value, dtype)
+    if len(value.shape) != 0:
         raise ValueError(f"{name} must be a scalar; got shape {value.shape}.")
     return value
+
+
+def _at_most(value, cap):
+    """min(value, cap) with the gradient of `tf.minimum` (to `value` where value <= cap), in value's dtype: Keras'
+    PyTorch backend computes `ops.minimum` of float64 in float32."""
+    cap = ops.convert_to_tensor(cap, dtype=value.dtype)  # not ops.cast: a Python float goes through float32 on TF
+    return ops.where(value <= cap, value, cap)
 
 
 def _positive_number(name: str, value, allow_none: bool = False) -> float | None:
@@ -126,20 +147,20 @@ def _finite_number(name: str, value) -> float:
     return value
 
 
-def positive_mask(similarity: tf.Tensor, image_index=None) -> tf.Tensor:
+def positive_mask(similarity, image_index=None):
     """Bool [B, B]: (p, q) is a positive pair: the diagonal, and with `image_index` every pair of one image."""
-    rows = tf.shape(similarity)[0]
-    diagonal = tf.eye(rows, rows, dtype=tf.bool)
+    rows = ops.shape(similarity)[0]
+    diagonal = diagonal_mask(rows, rows)
     if image_index is None:
         return diagonal
-    return tf.logical_or(diagonal, same_image_mask(tf.convert_to_tensor(image_index)))
+    return ops.logical_or(diagonal, same_image_mask(image_index))
 
 
-def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple[tf.Tensor, tf.Tensor]:
+def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple:
     """(1/2 -sum_q Y_i2t[p, q] log softmax_q(z[p, :])[q],  1/2 -sum_p Y_t2i[p, q] log softmax_p(z[:, q])[p]),
     each [B]: row targets sum to 1 along rows, column targets down columns."""
-    i2t = -tf.reduce_sum(row_targets * tf.nn.log_softmax(logits, axis=1), axis=1)
-    t2i = -tf.reduce_sum(column_targets * tf.nn.log_softmax(logits, axis=0), axis=0)
+    i2t = -ops.sum(row_targets * ops.log_softmax(logits, axis=1), axis=1)
+    t2i = -ops.sum(column_targets * ops.log_softmax(logits, axis=0), axis=0)
     return 0.5 * i2t, 0.5 * t2i
 
 
@@ -147,19 +168,19 @@ def _soft_cross_entropy(logits, row_targets, column_targets) -> tuple[tf.Tensor,
 # Plain functions
 # --------------------------------------------------------------------------------------------------
 
-def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+def info_nce_terms(similarity, logit_scale, *, image_index=None) -> tuple:
     """InfoNCE per anchor: (i2t, t2i), each [B]; `i2t[p]` is half of image p's cross-entropy over the captions,
     `t2i[q]` half of caption q's over the images, each against a uniform target over the anchor's positives
     (module docstring)."""
     similarity = _square(similarity)
     logits = _scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
-    positives = tf.cast(positive_mask(similarity, image_index), similarity.dtype)
-    row_targets = positives / tf.reduce_sum(positives, axis=1, keepdims=True)
-    column_targets = positives / tf.reduce_sum(positives, axis=0, keepdims=True)
+    positives = ops.cast(positive_mask(similarity, image_index), similarity.dtype)
+    row_targets = positives / ops.sum(positives, axis=1, keepdims=True)
+    column_targets = positives / ops.sum(positives, axis=0, keepdims=True)
     return _soft_cross_entropy(logits, row_targets, column_targets)
 
 
-def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:
+def info_nce_loss(similarity, logit_scale, *, image_index=None):
     """InfoNCE (CLIP; Radford et al. 2021) per batch row [B]; its sum is L of docs/methods.md#infonce.
 
     Args:
@@ -173,7 +194,7 @@ def info_nce_loss(similarity, logit_scale, *, image_index=None) -> tf.Tensor:
     return i2t + t2i
 
 
-def graded_info_nce_targets(relevance, *, tau_relevance: float, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+def graded_info_nce_targets(relevance, *, tau_relevance: float, image_index=None) -> tuple:
     """Graded InfoNCE's soft targets (Y_i2t, Y_t2i), each [B, B]: rows of Y_i2t and columns of Y_t2i sum to 1.
 
     `R'` raises every positive's entry (the diagonal; with `image_index`, every sample of the same image) to the
@@ -181,33 +202,33 @@ def graded_info_nce_targets(relevance, *, tau_relevance: float, image_index=None
     (column). The targets carry no gradient.
     """
     tau_relevance = _positive_number("tau_relevance", tau_relevance)
-    relevance = tf.stop_gradient(tf.convert_to_tensor(relevance))
-    if relevance.shape.rank != 2:
+    relevance = ops.stop_gradient(ops.convert_to_tensor(relevance))
+    if len(relevance.shape) != 2:
         raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
-    if not relevance.dtype.is_floating:
-        relevance = tf.cast(relevance, tf.float32)
+    if not _is_float(relevance):
+        relevance = ops.cast(relevance, "float32")
     positives = positive_mask(relevance, image_index)
-    row_raised = tf.where(positives, tf.reduce_max(relevance, axis=1, keepdims=True) + tf.zeros_like(relevance),
-                          relevance)
-    column_raised = tf.where(positives, tf.reduce_max(relevance, axis=0, keepdims=True) + tf.zeros_like(relevance),
-                             relevance)
-    return (tf.nn.softmax(row_raised / tau_relevance, axis=1), tf.nn.softmax(column_raised / tau_relevance, axis=0))
+    row_raised = ops.where(positives, ops.max(relevance, axis=1, keepdims=True) + ops.zeros_like(relevance),
+                           relevance)
+    column_raised = ops.where(positives, ops.max(relevance, axis=0, keepdims=True) + ops.zeros_like(relevance),
+                              relevance)
+    return (ops.softmax(row_raised / tau_relevance, axis=1), ops.softmax(column_raised / tau_relevance, axis=0))
 
 
 def graded_info_nce_terms(similarity, relevance, logit_scale, *, tau_relevance: float,
-                          image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+                          image_index=None) -> tuple:
     """Graded InfoNCE per anchor: (i2t, t2i), each [B], halves of the soft cross-entropies (module docstring)."""
     similarity = _square(similarity)
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2 or not relevance.shape.is_compatible_with(similarity.shape):
+    relevance = ops.convert_to_tensor(relevance)
+    if len(relevance.shape) != 2 or not _compatible(relevance.shape, similarity.shape):
         raise ValueError(f"relevance must be [B, B] like similarity {similarity.shape}; got {relevance.shape}.")
-    row_targets, column_targets = graded_info_nce_targets(tf.cast(relevance, similarity.dtype),
+    row_targets, column_targets = graded_info_nce_targets(ops.cast(relevance, similarity.dtype),
                                                           tau_relevance=tau_relevance, image_index=image_index)
     logits = _scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
     return _soft_cross_entropy(logits, row_targets, column_targets)
 
 
-def graded_info_nce_loss(similarity, relevance, logit_scale, *, tau_relevance: float, image_index=None) -> tf.Tensor:
+def graded_info_nce_loss(similarity, relevance, logit_scale, *, tau_relevance: float, image_index=None):
     """Graded InfoNCE (kitm; docs/methods.md#graded-infonce) per batch row [B]; its sum is L there.
 
     Args:
@@ -227,18 +248,18 @@ def graded_info_nce_loss(similarity, relevance, logit_scale, *, tau_relevance: f
     return i2t + t2i
 
 
-def siglip_terms(similarity, logit_scale, bias, *, image_index=None) -> tuple[tf.Tensor, tf.Tensor]:
+def siglip_terms(similarity, logit_scale, bias, *, image_index=None) -> tuple:
     """SigLIP per anchor: (half of image p's row sum, half of caption q's column sum) of
     `-log sigmoid(y[p, q] * z[p, q])`, each [B]."""
     similarity = _square(similarity)
     logits = (_scalar(logit_scale, similarity.dtype, "logit_scale") * similarity
               + _scalar(bias, similarity.dtype, "bias"))
-    signs = tf.where(positive_mask(similarity, image_index), tf.ones_like(similarity), -tf.ones_like(similarity))
-    negative_log_sigmoid = tf.nn.softplus(-signs * logits)  # -log sigmoid(x) = softplus(-x), stable for any x
-    return 0.5 * tf.reduce_sum(negative_log_sigmoid, axis=1), 0.5 * tf.reduce_sum(negative_log_sigmoid, axis=0)
+    signs = ops.where(positive_mask(similarity, image_index), ops.ones_like(similarity), -ops.ones_like(similarity))
+    negative_log_sigmoid = ops.softplus(-signs * logits)  # -log sigmoid(x) = softplus(-x), stable for any x
+    return 0.5 * ops.sum(negative_log_sigmoid, axis=1), 0.5 * ops.sum(negative_log_sigmoid, axis=0)
 
 
-def siglip_loss(similarity, logit_scale, bias, *, image_index=None) -> tf.Tensor:
+def siglip_loss(similarity, logit_scale, bias, *, image_index=None):
     """SigLIP (Zhai et al. 2023) per batch row [B]; its sum is L of docs/methods.md#siglip (the paper divides it by B).
 
     Args:
@@ -265,7 +286,7 @@ class _AtMost(keras.constraints.Constraint):
         self.value = float(value)
 
     def __call__(self, w):
-        return keras.ops.minimum(w, keras.ops.cast(self.value, w.dtype))
+        return _at_most(ops.convert_to_tensor(w), self.value)
 
     def get_config(self):
         return {"value": self.value}
@@ -296,11 +317,13 @@ class LogitScale(keras.layers.Layer):
                                         initializer=keras.initializers.Constant(self.initial_bias))
         self.built = True
 
-    def scale(self) -> tf.Tensor:
-        log_scale = tf.convert_to_tensor(self.log_scale)
+    def scale(self):
+        # The variable's value where it is read: inside a traced step (a Keras trainer, or keras.StatelessScope in
+        # a user's jax.jit) the traced value, so that the gradient reaches t.
+        log_scale = ops.convert_to_tensor(self.log_scale)
         if self.max_scale is not None:
-            log_scale = tf.minimum(log_scale, tf.cast(math.log(self.max_scale), log_scale.dtype))
-        return tf.exp(log_scale)
+            log_scale = _at_most(log_scale, math.log(self.max_scale))
+        return ops.exp(log_scale)
 
     def call(self, inputs=None):
         return self.scale()
@@ -331,7 +354,7 @@ class _LearnableTemperature:
                                       name=f"{name}_logit_scale", dtype=dtype)
         self.temperature.trainable = self.learnable
         self.monitor_names = ("logit_scale",) if bias_init is None else ("logit_scale", "bias")
-        self.monitored: dict[str, tf.Tensor] = {}
+        self.monitored: dict = {}
 
     @property
     def trainable_variables(self) -> list:
@@ -339,14 +362,14 @@ class _LearnableTemperature:
         return list(self.temperature.trainable_variables)
 
     @property
-    def logit_scale(self) -> tf.Tensor:
+    def logit_scale(self):
         """exp(t), clipped: the scale the logits use now."""
         return self.temperature.scale()
 
-    def _scale(self, dtype) -> tf.Tensor:
-        scale = tf.cast(self.temperature.scale(), dtype)
+    def _scale(self, dtype):
+        scale = ops.cast(self.temperature.scale(), dtype)
         # Read by DualEncoder right after compute_terms, in the same step: logged as <name>/logit_scale.
-        self.monitored = {"logit_scale": tf.cast(tf.stop_gradient(scale), tf.float32)}
+        self.monitored = {"logit_scale": ops.cast(ops.stop_gradient(scale), "float32")}
         return scale
 
     def get_config(self):
@@ -473,14 +496,14 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
                                bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
 
     @property
-    def bias(self) -> tf.Tensor:
-        return tf.convert_to_tensor(self.temperature.bias)
+    def bias(self):
+        return ops.convert_to_tensor(self.temperature.bias)
 
     def compute_terms(self, y_true, y_pred):
         similarity = self.similarity(y_pred)
         scale = self._scale(similarity.dtype)
-        bias = tf.cast(self.bias, similarity.dtype)
-        self.monitored["bias"] = tf.cast(tf.stop_gradient(bias), tf.float32)
+        bias = ops.cast(self.bias, similarity.dtype)
+        self.monitored["bias"] = ops.cast(ops.stop_gradient(bias), "float32")
         image_index = self.optional(y_true, "image_index")
         batch = self.global_batch(y_pred)
         if batch is not None:

@@ -50,10 +50,10 @@ caption 1.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss, check_margin
-from kitm.losses.samplers import check_sampling, sample_negatives
+from kitm.losses.samplers import check_sampling, sample_negatives, seed_stream
 from kitm.losses.triplet import triplet_terms
 from kitm.ops.similarity import negative_mask
 
@@ -93,15 +93,22 @@ def _check_weight(name: str, weight) -> float:
     return weight
 
 
-def _margin(gap: tf.Tensor, tau: float, max_margin: float | None) -> tf.Tensor:
+def _margin(gap, tau: float, max_margin: float | None):
     margin = gap / tau
     if max_margin is not None:
-        margin = tf.minimum(margin, max_margin)
+        # min(margin, max_margin) as a select, with tf.minimum's gradient (to margin at a tie) and in margin's
+        # dtype (Keras' PyTorch backend computes ops.minimum of float64 in float32).
+        cap = ops.convert_to_tensor(max_margin, dtype=margin.dtype)
+        margin = ops.where(margin <= cap, margin, cap)
     return margin
 
 
+def _same_shape(shape, other) -> bool:
+    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
+
+
 def sam_terms(similarity, relevance, negative_captions, negative_images, *, tau: float,
-              max_margin: float | None = 1.0, pairing: str = "matched") -> tuple[tf.Tensor, tf.Tensor]:
+              max_margin: float | None = 1.0, pairing: str = "matched") -> tuple:
     """Per-anchor SAM hinges (i2t, t2i), each [B]; their sum is `sam_loss` (module docstring).
 
     An index outside [0, B) (the samplers' -1 for an anchor without a negative) drops that term (0).
@@ -111,54 +118,57 @@ def sam_terms(similarity, relevance, negative_captions, negative_images, *, tau:
     tau = _check_tau(tau)
     max_margin = _check_max_margin(max_margin)
     pairing = _check_pairing(pairing)
-    similarity = tf.convert_to_tensor(similarity)
-    if similarity.shape.rank != 2:
+    similarity = ops.convert_to_tensor(similarity)
+    if len(similarity.shape) != 2:
         raise ValueError(f"similarity must be a [B, B] matrix; got shape {similarity.shape}.")
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2 or not relevance.shape.is_compatible_with(similarity.shape):
+    relevance = ops.convert_to_tensor(relevance)
+    if len(relevance.shape) != 2 or not _same_shape(relevance.shape, similarity.shape):
         raise ValueError(f"relevance must be [B, B] like similarity {similarity.shape}; got {relevance.shape}.")
-    relevance = tf.cast(relevance, similarity.dtype)
-    n_cap = tf.cast(tf.convert_to_tensor(negative_captions), tf.int32)
-    n_img = tf.cast(tf.convert_to_tensor(negative_images), tf.int32)
+    relevance = ops.cast(relevance, similarity.dtype)
+    n_cap = ops.cast(ops.convert_to_tensor(negative_captions), "int32")
+    n_img = ops.cast(ops.convert_to_tensor(negative_images), "int32")
     for name, index in (("negative_captions", n_cap), ("negative_images", n_img)):
-        if index.shape.rank != 1:
+        if len(index.shape) != 1:
             raise ValueError(f"{name} must be a [B] index vector; got shape {index.shape}.")
 
-    b = tf.shape(similarity)[0]
-    rows = tf.range(b)
-    positive_sim = tf.linalg.diag_part(similarity)
-    positive_rel = tf.linalg.diag_part(relevance)
-    has_cap = tf.logical_and(n_cap >= 0, n_cap < b)
-    has_img = tf.logical_and(n_img >= 0, n_img < b)
+    b = ops.shape(similarity)[0]
+    rows = ops.arange(b, dtype="int32")
+    positive_sim = ops.diagonal(similarity)
+    positive_rel = ops.diagonal(relevance)
+    has_cap = ops.logical_and(n_cap >= 0, n_cap < b)
+    has_img = ops.logical_and(n_img >= 0, n_img < b)
     # Out-of-range indices are replaced by the anchor itself only to keep the gathers legal;
     # the term is zeroed below.
-    n_cap_safe = tf.where(has_cap, n_cap, rows)
-    n_img_safe = tf.where(has_img, n_img, rows)
+    n_cap_safe = ops.where(has_cap, n_cap, rows)
+    n_img_safe = ops.where(has_img, n_img, rows)
 
-    def at(matrix, r, c):
-        return tf.gather_nd(matrix, tf.stack([r, c], axis=1))
+    def in_row(matrix, columns):  # matrix[p, columns[p]] for every row p
+        return ops.squeeze(ops.take_along_axis(matrix, ops.expand_dims(columns, 1), axis=1), 1)
 
-    zeros = tf.zeros_like(positive_sim)
+    def in_column(matrix, rows_):  # matrix[rows_[q], q] for every column q
+        return ops.squeeze(ops.take_along_axis(matrix, ops.expand_dims(rows_, 0), axis=0), 0)
+
+    zeros = ops.zeros_like(positive_sim)
     if pairing == "matched":
-        alpha_i2t = _margin(positive_rel - at(relevance, rows, n_cap_safe), tau, max_margin)
-        i2t = tf.nn.relu(alpha_i2t + at(similarity, rows, n_cap_safe) - positive_sim)
-        alpha_t2i = _margin(positive_rel - at(relevance, n_img_safe, rows), tau, max_margin)
-        t2i = tf.nn.relu(alpha_t2i + at(similarity, n_img_safe, rows) - positive_sim)
-        return tf.where(has_cap, i2t, zeros), tf.where(has_img, t2i, zeros)
+        alpha_i2t = _margin(positive_rel - in_row(relevance, n_cap_safe), tau, max_margin)
+        i2t = ops.relu(alpha_i2t + in_row(similarity, n_cap_safe) - positive_sim)
+        alpha_t2i = _margin(positive_rel - in_column(relevance, n_img_safe), tau, max_margin)
+        t2i = ops.relu(alpha_t2i + in_column(similarity, n_img_safe) - positive_sim)
+        return ops.where(has_cap, i2t, zeros), ops.where(has_img, t2i, zeros)
 
     # Reference pairing: ms[k] is built from n1[k], mi[k] from n0[k], then read at another row.
-    ms = _margin(positive_rel - at(relevance, rows, n_img_safe), tau, max_margin)
-    mi = _margin(positive_rel - at(relevance, rows, n_cap_safe), tau, max_margin)
-    caption_retrieval = tf.nn.relu(tf.gather(ms, n_cap_safe) + at(similarity, rows, n_cap_safe) - positive_sim)
-    image_retrieval = tf.nn.relu(tf.gather(mi, n_img_safe) + at(similarity, rows, n_img_safe)
-                                 - tf.gather(positive_sim, n_img_safe))
-    ok_cap = tf.logical_and(has_cap, tf.gather(has_img, n_cap_safe))
-    ok_img = tf.logical_and(has_img, tf.gather(has_cap, n_img_safe))
-    return tf.where(ok_cap, caption_retrieval, zeros), tf.where(ok_img, image_retrieval, zeros)
+    ms = _margin(positive_rel - in_row(relevance, n_img_safe), tau, max_margin)
+    mi = _margin(positive_rel - in_row(relevance, n_cap_safe), tau, max_margin)
+    caption_retrieval = ops.relu(ops.take(ms, n_cap_safe, axis=0) + in_row(similarity, n_cap_safe) - positive_sim)
+    image_retrieval = ops.relu(ops.take(mi, n_img_safe, axis=0) + in_row(similarity, n_img_safe)
+                               - ops.take(positive_sim, n_img_safe, axis=0))
+    ok_cap = ops.logical_and(has_cap, ops.take(has_img, n_cap_safe, axis=0))
+    ok_img = ops.logical_and(has_img, ops.take(has_cap, n_img_safe, axis=0))
+    return ops.where(ok_cap, caption_retrieval, zeros), ops.where(ok_img, image_retrieval, zeros)
 
 
 def sam_loss(similarity, relevance, negative_captions, negative_images, *, tau: float,
-             max_margin: float | None = 1.0, pairing: str = "matched") -> tf.Tensor:
+             max_margin: float | None = 1.0, pairing: str = "matched"):
     """SAM per batch row [B]; the sum is L_SAM of docs/methods.md#sam (module docstring has the formula).
 
     Args:
@@ -197,7 +207,9 @@ class SAMLoss(RetrievalLoss):
       margin: the fixed triplet margin (VSE++: 0.2).
       max_violation: hardest-negative triplet (True) or sum over negatives.
       max_margin: SAM's margin clip (1.0; None for none).
-      seed: for `sampling="random"`: None or a Python int op seed (`samplers.random_negatives`).
+      seed: for `sampling="random"` (and the warm-up's random draws): None or a Python int, the op seed of
+        `samplers.random_negatives` on TensorFlow; on JAX and PyTorch the start of the loss's
+        `keras.random.SeedGenerator`s (`samplers.seed_stream`; their state in `non_trainable_variables`).
       hardest_warmup_steps: for this many training steps first, the triplet sums over negatives and the
         `hardest` sampler draws at random (kitm.losses.base, "Hardest-negative warm-up").
       negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
@@ -232,6 +244,9 @@ class SAMLoss(RetrievalLoss):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be None or an int; got {seed!r}.")
         self.seed = seed
+        # What the random draws are seeded with: the op seeds on TensorFlow, SeedGenerators elsewhere; the
+        # reference pairing's second draw a stream of its own (seed + 1).
+        self._seeds = (seed_stream(seed), seed_stream(seed, 1))
         names = []
         if self.triplet_weight:
             names += ["triplet_i2t", "triplet_t2i"]
@@ -239,23 +254,29 @@ class SAMLoss(RetrievalLoss):
             names += ["sam_i2t", "sam_t2i"]
         self.term_names = tuple(names)
 
-    def sample(self, similarity, image_index=None, hardest_on=True) -> tuple[tf.Tensor, tf.Tensor]:
+    @property
+    def non_trainable_variables(self) -> list:
+        """The state of the random draws' `keras.random.SeedGenerator`s on JAX and PyTorch (none on TensorFlow, whose
+        draws are op-seeded): what a stateless trainer (JAX) carries through its step, as for
+        `AdaptiveMarginTripletLoss`."""
+        return [seed.state for seed in self._seeds if isinstance(seed, keras.random.SeedGenerator)]
+
+    def sample(self, similarity, image_index=None, hardest_on=True) -> tuple:
         """The two SAM index vectors for this batch: (negative_captions, negative_images), or (n0, n1)
         for the reference pairing. -1 marks an anchor without a negative. `hardest_on`: see
         `samplers.sample_negatives`."""
         is_negative = negative_mask(similarity, image_index)
         # Caption negatives of image anchors: along each row (the reference's n0 uses s[p, q] - s[p, p],
         # whose order along a row is that of s).
-        negative_captions = sample_negatives(similarity, is_negative, self.sampling, axis=1, seed=self.seed,
+        negative_captions = sample_negatives(similarity, is_negative, self.sampling, axis=1, seed=self._seeds[0],
                                              hardest_on=hardest_on)
         if self.pairing == "matched":
-            negative_images = sample_negatives(similarity, is_negative, self.sampling, axis=0, seed=self.seed,
+            negative_images = sample_negatives(similarity, is_negative, self.sampling, axis=0, seed=self._seeds[0],
                                                hardest_on=hardest_on)
         else:
             # The reference's n1[p]: a caption q, chosen along row p of cost_im[p, q] = s[p, q] - s[q, q].
-            cost_im = similarity - tf.linalg.diag_part(similarity)[None, :]
-            negative_images = sample_negatives(cost_im, is_negative, self.sampling, axis=1,
-                                               seed=None if self.seed is None else self.seed + 1,
+            cost_im = similarity - ops.expand_dims(ops.diagonal(similarity), 0)
+            negative_images = sample_negatives(cost_im, is_negative, self.sampling, axis=1, seed=self._seeds[1],
                                                hardest_on=hardest_on)
         return negative_captions.indices, negative_images.indices
 

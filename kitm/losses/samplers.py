@@ -16,7 +16,7 @@ Modes (named by what they do; SAM paper Sec. 5.4, docs/methods.md#sam):
 Every sampler returns `NegativeSample(indices, valid)`, both [B]: `indices` int32, -1 where the anchor
 has no negative at all (a batch of one image, B = 1) and `valid` False there. Losses drop such anchors'
 terms instead of computing them against a made-up negative. Ties go to the smallest index (first
-maximum, as `tf.argmax` on CPU). Nothing here is differentiable: indices carry no gradient.
+maximum, as `tf.argmax` on CPU; -0.0 and 0.0 tie). Nothing here is differentiable: indices carry no gradient.
 
 Hard contrastive selection (ladder loss, Zhou et al., Eq. 8) needs the extreme *value* of a masked set
 rather than its index: `masked_max` / `masked_min` return it with a `nonempty` flag, and
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 SAMPLING_MODES = ("hardest", "easiest", "random")
 
@@ -44,14 +45,15 @@ __all__ = [
     "masked_min",
     "hard_contrastive",
     "check_sampling",
+    "seed_stream",
 ]
 
 
 class NegativeSample(NamedTuple):
     """indices: int32 [B], the chosen negative per anchor (-1 when none); valid: bool [B]."""
 
-    indices: tf.Tensor
-    valid: tf.Tensor
+    indices: object  # int32 [B], a backend tensor
+    valid: object  # bool [B]
 
 
 def check_sampling(sampling: str) -> str:
@@ -68,44 +70,60 @@ def _check_axis(axis: int) -> int:
     return axis
 
 
-def _check_mask(negative, like=None, name: str = "negative") -> tf.Tensor:
-    negative = tf.convert_to_tensor(negative)
-    if negative.dtype != tf.bool:
-        raise ValueError(f"{name} must be a bool mask; got dtype {negative.dtype.name}.")
-    if negative.shape.rank is not None and negative.shape.rank != 2:
+def _rank(tensor) -> int | None:
+    shape = tensor.shape
+    return getattr(shape, "rank", None) if hasattr(shape, "rank") else len(shape)
+
+
+def _compatible(shape, other) -> bool:
+    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
+
+
+def _check_mask(negative, like=None, name: str = "negative"):
+    negative = ops.convert_to_tensor(negative)
+    dtype = keras.backend.standardize_dtype(negative.dtype)
+    if dtype != "bool":
+        raise ValueError(f"{name} must be a bool mask; got dtype {dtype}.")
+    rank = _rank(negative)
+    if rank is not None and rank != 2:
         raise ValueError(f"{name} must be a [B, B] matrix; got shape {negative.shape}.")
-    if like is not None and not negative.shape.is_compatible_with(like.shape):
+    if like is not None and rank is not None and _rank(like) is not None \
+            and not _compatible(tuple(negative.shape), tuple(like.shape)):
         raise ValueError(f"{name} must have the shape of the scores; got {negative.shape} and {like.shape}.")
     return negative
 
 
-def _check_scores(scores, name: str = "scores") -> tf.Tensor:
-    scores = tf.convert_to_tensor(scores)
-    if scores.shape.rank is not None and scores.shape.rank != 2:
+def _check_scores(scores, name: str = "scores"):
+    scores = ops.convert_to_tensor(scores)
+    rank = _rank(scores)
+    if rank is not None and rank != 2:
         raise ValueError(f"{name} must be a [B, B] matrix; got shape {scores.shape}.")
     return scores
 
 
-def _pick(keys: tf.Tensor, negative: tf.Tensor, axis: int) -> NegativeSample:
+def _pick(keys, negative, axis: int) -> NegativeSample:
     """argmax of `keys` over the True entries of `negative` along `axis`; -1 where none is True."""
-    valid = tf.reduce_any(negative, axis=axis)
-    floor = tf.fill(tf.shape(keys), tf.constant(-float("inf"), keys.dtype))
-    best = tf.argmax(tf.where(negative, keys, floor), axis=axis, output_type=tf.int32)
-    return NegativeSample(tf.where(valid, best, -tf.ones_like(best)), valid)
+    valid = ops.any(negative, axis=axis)
+    # -0.0 and 0.0 are one value here, as for a comparison (and tf.argmax): keras.ops.argmax ranks -0.0 below 0.0,
+    # which would move a tie (rounded scores give both) away from the smallest index.
+    keys = ops.where(ops.equal(keys, 0), ops.zeros_like(keys), keys)
+    floor = ops.full_like(keys, -float("inf"))
+    best = ops.cast(ops.argmax(ops.where(negative, keys, floor), axis=axis), "int32")
+    return NegativeSample(ops.where(valid, best, -ops.ones_like(best)), valid)
 
 
 def hardest_negatives(scores, negative, axis: int = 1) -> NegativeSample:
     """Per anchor, the negative with the highest score (closest to the anchor): `argmax_{n in N(a)} s`."""
     scores = _check_scores(scores)
     negative = _check_mask(negative, scores)
-    return _pick(tf.stop_gradient(scores), negative, _check_axis(axis))
+    return _pick(ops.stop_gradient(scores), negative, _check_axis(axis))
 
 
 def easiest_negatives(scores, negative, axis: int = 1) -> NegativeSample:
     """Per anchor, the negative with the lowest score (furthest from the anchor): `argmin_{n in N(a)} s`."""
     scores = _check_scores(scores)
     negative = _check_mask(negative, scores)
-    return _pick(-tf.stop_gradient(scores), negative, _check_axis(axis))
+    return _pick(-ops.stop_gradient(scores), negative, _check_axis(axis))
 
 
 def random_negatives(negative, axis: int = 1, seed=None) -> NegativeSample:
@@ -117,21 +135,59 @@ def random_negatives(negative, axis: int = 1, seed=None) -> NegativeSample:
     Args:
       negative: bool [B, B] mask of allowed negatives.
       axis: 1 for row anchors (image anchors), 0 for column anchors (caption anchors).
-      seed: None (nondeterministic), a Python int (the op-level seed of a stateful `tf.random.uniform`,
-        which still changes from call to call), or an int tensor of shape [2] for
-        `tf.random.stateless_uniform` (the same seed gives the same draw).
+      seed: None (nondeterministic), a Python int, an int tensor of shape [2] (the same seed gives the same
+        draw), or a `keras.random.SeedGenerator` (a new draw per call, from its state: what a traced step on JAX
+        needs; `seed_stream` makes one). On TensorFlow an int is the op-level seed of a stateful
+        `tf.random.uniform`, which still changes from call to call, and a [2] tensor seeds
+        `tf.random.stateless_uniform`; on the other backends an int seeds `keras.random.uniform` (the same draw
+        every call: pass a SeedGenerator for fresh draws).
     """
     negative = _check_mask(negative)
     axis = _check_axis(axis)
-    shape = tf.shape(negative)
-    if seed is None or isinstance(seed, int):
-        keys = tf.random.uniform(shape, dtype=tf.float32, seed=seed)
-    else:
-        seed = tf.convert_to_tensor(seed)
-        if seed.shape.rank != 1 or (seed.shape[0] is not None and seed.shape[0] != 2):
+    return _pick(_uniform_keys(ops.shape(negative), seed), negative, axis)
+
+
+def _uniform_keys(shape, seed):
+    """Uniform float32 keys in [0, 1) of `shape` (`random_negatives`' seeds). The one backend branch here: on
+    TensorFlow the stateful and stateless `tf.random` ops kitm has always drawn with (so that a run's draws stay
+    what they were), elsewhere `keras.random`."""
+    if isinstance(seed, keras.random.SeedGenerator):
+        return keras.random.uniform(shape, dtype="float32", seed=seed)
+    if seed is not None and not isinstance(seed, int):
+        seed = ops.convert_to_tensor(seed)
+        if _rank(seed) != 1 or (seed.shape[0] is not None and seed.shape[0] != 2):
             raise ValueError(f"seed must be None, an int or a shape [2] integer tensor; got shape {seed.shape}.")
-        keys = tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
-    return _pick(keys, negative, axis)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if seed is None or isinstance(seed, int):
+            return tf.random.uniform(shape, dtype=tf.float32, seed=seed)
+        return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+    if seed is not None and not isinstance(seed, int):
+        seed = _seed_tensor(seed)
+    return keras.random.uniform(shape, dtype="float32", seed=seed)
+
+
+def _seed_tensor(seed):
+    """A [2] seed tensor as `keras.random` takes it on the active backend: JAX takes the key array itself (uint32),
+    traced or not; PyTorch (eager) takes an int, here a fixed function of the pair."""
+    if keras.backend.backend() == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(seed, dtype=jnp.uint32)
+    first, second = (int(v) for v in ops.convert_to_numpy(seed))
+    return (first * 1_000_003 + second) % 2**31
+
+
+def seed_stream(seed=None, offset: int = 0):
+    """What a loss keeps to draw random negatives with (`random_negatives`' `seed`): on TensorFlow the op seed
+    itself (`seed + offset`, or None), elsewhere a `keras.random.SeedGenerator` started there, whose state advances
+    with every draw, also inside a traced (jit) step whose state Keras threads through. `offset` gives a second
+    stream that does not repeat the first's draws."""
+    op_seed = None if seed is None else int(seed) + offset
+    if keras.backend.backend() == "tensorflow":
+        return op_seed
+    return keras.random.SeedGenerator(op_seed)
 
 
 def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None, hardest_on=True) -> NegativeSample:
@@ -148,36 +204,36 @@ def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None, 
         if hardest_on is False:
             return drawn
         hardest = hardest_negatives(scores, negative, axis)
-        return NegativeSample(tf.where(hardest_on, hardest.indices, drawn.indices),
-                              tf.where(hardest_on, hardest.valid, drawn.valid))
+        return NegativeSample(ops.where(hardest_on, hardest.indices, drawn.indices),
+                              ops.where(hardest_on, hardest.valid, drawn.valid))
     if sampling == "easiest":
         return easiest_negatives(scores, negative, axis)
     return random_negatives(negative, axis, seed)
 
 
-def masked_max(values, mask, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor]:
+def masked_max(values, mask, axis: int = 1) -> tuple:
     """`max_{j in M} values` along `axis`, with `nonempty = any(M)`; value 0 where M is empty.
 
     Masked-out entries are filled with a constant strictly below every value, not 0: with negative
     similarities a 0 fill would win the max (the reference ladder loss's `scores * mask` bug). The
     gradient reaches only the chosen member (split evenly among exact ties, as `tf.reduce_max`).
     """
-    values = tf.convert_to_tensor(values)
+    values = ops.convert_to_tensor(values)
     mask = _check_mask(mask, values, "mask")
-    floor = tf.stop_gradient(tf.reduce_min(values)) - 1
-    nonempty = tf.reduce_any(mask, axis=axis)
-    best = tf.reduce_max(tf.where(mask, values, floor), axis=axis)
-    return tf.where(nonempty, best, tf.zeros_like(best)), nonempty
+    floor = ops.stop_gradient(ops.min(values)) - 1
+    nonempty = ops.any(mask, axis=axis)
+    best = ops.max(ops.where(mask, values, floor), axis=axis)
+    return ops.where(nonempty, best, ops.zeros_like(best)), nonempty
 
 
-def masked_min(values, mask, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor]:
+def masked_min(values, mask, axis: int = 1) -> tuple:
     """`min_{i in M} values` along `axis`, with `nonempty = any(M)`; value 0 where M is empty."""
-    values = tf.convert_to_tensor(values)
+    values = ops.convert_to_tensor(values)
     best, nonempty = masked_max(-values, mask, axis)
     return -best, nonempty
 
 
-def hard_contrastive(values, closer, farther, axis: int = 1) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def hard_contrastive(values, closer, farther, axis: int = 1) -> tuple:
     """Hard contrastive pair of Zhou et al., Eq. 8: `(min_{i in closer} v, max_{j in farther} v, valid)`.
 
     `closer` is the set that should score higher (e.g. the positive and the more relevant ladder levels),
@@ -186,4 +242,4 @@ def hard_contrastive(values, closer, farther, axis: int = 1) -> tuple[tf.Tensor,
     """
     low, has_closer = masked_min(values, closer, axis)
     high, has_farther = masked_max(values, farther, axis)
-    return low, high, tf.logical_and(has_closer, has_farther)
+    return low, high, ops.logical_and(has_closer, has_farther)

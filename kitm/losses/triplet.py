@@ -17,14 +17,13 @@ Per row: [0.1, 0.5]; sum 0.6.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
 from kitm.ops.similarity import negative_mask
 
 
-def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
-                  image_index: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+def triplet_terms(similarity, margin: float = 0.2, max_violation: bool = True, image_index=None) -> tuple:
     """Per-anchor hinge terms: (caption retrieval for image anchor p, image retrieval for caption anchor q), each [B].
 
     `max_violation` is a Python bool or a scalar bool tensor (True: the hardest negative; False: the sum).
@@ -32,29 +31,28 @@ def triplet_terms(similarity: tf.Tensor, margin: float = 0.2, max_violation: boo
     Pairs of two samples of the same image (equal `image_index`) are not negatives. An anchor with no
     negative at all contributes 0: every hinge is >= 0, so masking to 0 before the max is exact.
     """
-    similarity = tf.convert_to_tensor(similarity)
-    if similarity.shape.rank != 2:
+    similarity = ops.convert_to_tensor(similarity)
+    if len(similarity.shape) != 2:
         raise ValueError(f"similarity must be a [B, B] matrix; got shape {similarity.shape}.")
-    positives = tf.linalg.diag_part(similarity)
+    positives = ops.diagonal(similarity)
     is_negative = negative_mask(similarity, image_index)
-    zeros = tf.zeros_like(similarity)
+    zeros = ops.zeros_like(similarity)
     # cost_caption[p, q]: caption q as the negative of image p; cost_image[p, q]: image p as the negative of caption q.
-    cost_caption = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[:, None]), zeros)
-    cost_image = tf.where(is_negative, tf.nn.relu(margin + similarity - positives[None, :]), zeros)
-    if not tf.is_tensor(max_violation):
+    cost_caption = ops.where(is_negative, ops.relu(margin + similarity - ops.expand_dims(positives, 1)), zeros)
+    cost_image = ops.where(is_negative, ops.relu(margin + similarity - ops.expand_dims(positives, 0)), zeros)
+    if not ops.is_tensor(max_violation):
         max_violation = bool(max_violation)
     if max_violation is False:
-        return tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
-    hardest = tf.reduce_max(cost_caption, axis=1), tf.reduce_max(cost_image, axis=0)
+        return ops.sum(cost_caption, axis=1), ops.sum(cost_image, axis=0)
+    hardest = ops.max(cost_caption, axis=1), ops.max(cost_image, axis=0)
     if max_violation is True:
         return hardest
     # A bool tensor: the hardest-negative warm-up (kitm.losses.base) switches between the two forms.
-    totals = tf.reduce_sum(cost_caption, axis=1), tf.reduce_sum(cost_image, axis=0)
+    totals = ops.sum(cost_caption, axis=1), ops.sum(cost_image, axis=0)
     return tuple(hardest_or_sum(h, t, max_violation) for h, t in zip(hardest, totals))
 
 
-def triplet_loss(similarity: tf.Tensor, margin: float = 0.2, max_violation: bool = True,
-                 image_index: tf.Tensor | None = None) -> tf.Tensor:
+def triplet_loss(similarity, margin: float = 0.2, max_violation: bool = True, image_index=None):
     """VSE++ triplet loss per batch row [B]; its sum is the loss of docs/methods.md#triplet (see module docstring)."""
     margin = check_margin(margin)
     i2t, t2i = triplet_terms(similarity, margin, max_violation, image_index)
