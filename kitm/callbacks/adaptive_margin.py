@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from kitm.callbacks.every_q_batches import EveryQBatchesCallback
+from kitm.callbacks.every_q_batches import EveryQBatchesCallback, to_numpy
 from kitm.losses.adaptive_margin import AdaptiveMarginTripletLoss
 
 __all__ = ["AdaptiveMarginCallback"]
@@ -61,7 +61,7 @@ class AdaptiveMarginCallback(EveryQBatchesCallback):
         self.last_shares = {"x": math.nan, "y": math.nan}
 
     def margins(self) -> dict[str, float]:
-        return {"x": float(self.loss.margin_x.numpy()), "y": float(self.loss.margin_y.numpy())}
+        return {"x": float(to_numpy(self.loss.margin_x)), "y": float(to_numpy(self.loss.margin_y))}
 
     @staticmethod
     def _share(satisfied: int, used: int) -> float:
@@ -82,7 +82,7 @@ class AdaptiveMarginCallback(EveryQBatchesCallback):
                 variable.assign(margin)
             if not math.isnan(share):
                 self.last_shares[axis] = share
-            record.update({f"share_{axis}": share, f"margin_{axis}": float(variable.numpy()),
+            record.update({f"share_{axis}": share, f"margin_{axis}": float(to_numpy(variable)),
                            f"satisfied_{axis}": counts[f"satisfied_{axis}"], f"used_{axis}": counts[f"used_{axis}"]})
         loss.reset_statistics()
         self.updates.append(record)

@@ -8,7 +8,7 @@ import pathlib
 import warnings
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.files import atomic_path
 
@@ -21,9 +21,9 @@ def finite_loss(logs) -> bool:
 
 def finite_weights(model) -> bool:
     """True when every trainable weight is finite (one reduction per variable, no copy to the host)."""
-    checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))) for v in model.trainable_variables
-              if tf.as_dtype(v.dtype).is_floating]
-    return bool(tf.reduce_all(tf.stack(checks))) if checks else True
+    checks = [ops.all(ops.isfinite(v)) for v in model.trainable_variables
+              if "float" in keras.backend.standardize_dtype(v.dtype)]
+    return bool(ops.convert_to_numpy(ops.all(ops.stack(checks)))) if checks else True
 
 
 class AtomicWeightsCheckpoint(keras.callbacks.Callback):

@@ -2,6 +2,8 @@
 
 Both read statistics that their loss accumulates in the training step, act on them every `every_batches` batches
 (`update`), log each update to the epoch logs and, with `log_dir`, as tf.summary scalars at its training step.
+Their arithmetic runs on every Keras backend (variables read with `to_numpy`, written with `assign`); only the
+summary writer is TensorFlow's (TensorBoard's event files), imported when `log_dir` is given.
 This class holds the plumbing they share:
 - finding the loss among a `DualEncoder`'s `loss_functions` when none is given, and the name its terms are logged
   under (its `compile(losses=...)` key);
@@ -20,9 +22,19 @@ import math
 from collections.abc import Mapping
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
-__all__ = ["EveryQBatchesCallback", "BatchCounter", "find_loss", "log_name"]
+__all__ = ["EveryQBatchesCallback", "BatchCounter", "find_loss", "log_name", "to_numpy"]
+
+
+def to_numpy(value) -> np.ndarray:
+    """A variable or tensor of the Keras backend (or a TensorFlow one, e.g. from a tf.data-side helper) as numpy."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, keras.Variable) or ops.is_tensor(value):
+        return np.asarray(ops.convert_to_numpy(value))
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
 def find_loss(model, loss, kind, callback_name: str):
@@ -119,6 +131,8 @@ class EveryQBatchesCallback(keras.callbacks.Callback):
         """`record`'s finite values (those in `keys`, else all but "step") as scalars `<name>/<key>` at its step."""
         if self._writer is None:
             return
+        import tensorflow as tf  # a writer exists: log_dir was given, TensorFlow is there
+
         name = log_name(self.model, self.loss)
         with self._writer.as_default(step=record["step"]):
             for key in keys or [key for key in record if key != "step"]:
@@ -132,6 +146,8 @@ class EveryQBatchesCallback(keras.callbacks.Callback):
         self.loss = find_loss(self.model, self.loss, self.loss_type, type(self).__name__)
         self.check_loss(self.loss)
         if self.log_dir and self._writer is None:
+            import tensorflow as tf  # TensorBoard's event files: TensorFlow's job, only with log_dir
+
             self._writer = tf.summary.create_file_writer(self.log_dir)
         self.reset_window()
         self.counter.since_update = 0

@@ -33,15 +33,24 @@ offered since the previous update); `<name>` is the loss's key in `DualEncoder.c
 from __future__ import annotations
 
 import math
+import sys
 
+import keras
 import numpy as np
-import tensorflow as tf
 
-from kitm.callbacks.every_q_batches import EveryQBatchesCallback
+from kitm.callbacks.every_q_batches import EveryQBatchesCallback, to_numpy
 from kitm.losses.reclusterable_ladder import (ReclusterableLadderLoss, RelevanceSample, thresholds_from_clusters)
 from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 
 __all__ = ["LadderReclusterCallback"]
+
+
+def _is_variable(value) -> bool:
+    """A Keras variable, or a TensorFlow one (a loss that keeps its thresholds in a tf.Variable)."""
+    if isinstance(value, keras.Variable):
+        return True
+    tf = sys.modules.get("tensorflow")  # a tf.Variable exists only where TensorFlow is imported already
+    return tf is not None and isinstance(value, tf.Variable)
 
 
 class LadderReclusterCallback(EveryQBatchesCallback):
@@ -77,9 +86,8 @@ class LadderReclusterCallback(EveryQBatchesCallback):
 
     def check_loss(self, loss) -> None:
         variable = getattr(loss, "threshold_variable", None)
-        if not isinstance(variable, tf.Variable) or not isinstance(getattr(loss, "relevance_sample", None),
-                                                                    RelevanceSample):
-            raise ValueError(f"LadderReclusterCallback needs a loss with a tf.Variable `threshold_variable` and a "
+        if not _is_variable(variable) or not isinstance(getattr(loss, "relevance_sample", None), RelevanceSample):
+            raise ValueError(f"LadderReclusterCallback needs a loss with a variable `threshold_variable` and a "
                              f"RelevanceSample `relevance_sample` (e.g. ReclusterableLadderLoss); got "
                              f"{type(loss).__name__}.")
         if hasattr(self, "k_min"):  # not when __init__ checks a given loss: the range is checked on train begin
@@ -104,7 +112,7 @@ class LadderReclusterCallback(EveryQBatchesCallback):
         offered = loss.relevance_sample.offered_count()
         k_min, k_max = self._k_range()
         record = {"step": self.counter.total, "sampled": int(values.size), "offered": offered}
-        thresholds = loss.threshold_variable.numpy().astype(np.float64)
+        thresholds = to_numpy(loss.threshold_variable).astype(np.float64)
         counts = np.zeros(self.num_levels, np.int64)
         k, silhouette = 0, math.nan
         if np.unique(values).size >= 2:
@@ -112,13 +120,13 @@ class LadderReclusterCallback(EveryQBatchesCallback):
             k_top = min(k_max, values.size)
             labels, chosen, sil = auto_kmeans_1d(values[None, :], min(k_min, k_top), k_top,
                                                  lloyd_runs=self.lloyd_runs, jit_compile=self.jit_compile)
-            labels = labels.numpy()[0]
-            k, silhouette = int(chosen.numpy()[0]), float(sil.numpy()[0])
+            labels = to_numpy(labels)[0]
+            k, silhouette = int(to_numpy(chosen)[0]), float(to_numpy(sil)[0])
             thresholds = thresholds_from_clusters(values, labels, k, self.num_levels - 1)
             loss.threshold_variable.assign(thresholds.astype(np.float32))
             counts = np.bincount(labels, minlength=self.num_levels + 1)[1:self.num_levels + 1]
         record.update({"clusters": k, "silhouette": silhouette})
-        record.update({f"theta_{l}": float(t) for l, t in enumerate(loss.threshold_variable.numpy(), start=1)})
+        record.update({f"theta_{l}": float(t) for l, t in enumerate(to_numpy(loss.threshold_variable), start=1)})
         record.update({f"level_{l}_count": int(c) for l, c in enumerate(counts, start=1)})
         loss.relevance_sample.reset()
         self.updates.append(record)
@@ -141,7 +149,7 @@ class LadderReclusterCallback(EveryQBatchesCallback):
         self.loss.relevance_sample.restore(state)
 
     def epoch_logs(self) -> dict[str, float]:
-        logs = {f"theta_{l}": float(t) for l, t in enumerate(self.loss.threshold_variable.numpy(), 1)}
+        logs = {f"theta_{l}": float(t) for l, t in enumerate(to_numpy(self.loss.threshold_variable), 1)}
         if self.updates:
             last = self.updates[-1]
             logs.update({key: float(value) for key, value in last.items()

@@ -17,7 +17,9 @@ recompiles between phases does not offer.
 What this callback writes
 -------------------------
 At every epoch end (or every `save_freq` batches, like BackupAndRestore) one *state*: a `tf.train.Checkpoint`
-with two parts plus a JSON file,
+(on TensorFlow; on JAX and PyTorch, whose Keras variables tf.train.Checkpoint does not see, a numpy archive
+`variables.npz` of the same variables by path and position, which every backend reads) with two parts plus a JSON
+file,
 - parameters: the weights of every Keras layer and the variables the losses hold (centre tables, the quantizer,
   classifier heads, margins) and, with `include_model=True`, the model's weights (not its optimizer);
 - local state: the losses' optimizers (slots and iteration counts);
@@ -28,7 +30,8 @@ Variables are saved as flat lists per layer/optimizer (`layer.weights`, `optimiz
 position: TensorFlow's object-graph tracking misses some Keras 3 sublayers (a layer list built with `+=`).
 
 Layout of `directory` (every write is a new directory, renamed into place only once complete):
-    state-000007/                    the newest complete state: ckpt.index, ckpt.data-*, state.json
+    state-000007/                    the newest complete state: ckpt.index, ckpt.data-* (or variables.npz),
+                                     state.json
     state-000008.partial-<pid>/      a state being written; ignored (and removed) by later runs
 A process killed at any moment leaves the previous complete state in place; older states are deleted after
 the new one is in place.
@@ -51,13 +54,14 @@ import os
 import pathlib
 import re
 import shutil
+import sys
 import warnings
 from typing import Mapping
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from kitm.callbacks.every_q_batches import to_numpy
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
@@ -66,6 +70,7 @@ __all__ = ["LossStateCheckpoint", "loss_state", "latest_state", "read_state_json
 
 STATE_JSON = "state.json"
 CHECKPOINT_PREFIX = "ckpt"
+ARRAYS_FILE = "variables.npz"  # the variables off TensorFlow (see _write_variables)
 _STATE_NAME = re.compile(r"^state-(\d{6,})$")
 
 
@@ -74,11 +79,15 @@ _STATE_NAME = re.compile(r"^state-(\d{6,})$")
 # --------------------------------------------------------------------------------------------------
 
 def _is_variable(value) -> bool:
-    return isinstance(value, (tf.Variable, keras.Variable))
+    if isinstance(value, keras.Variable):
+        return True
+    tf = sys.modules.get("tensorflow")  # a tf.Variable exists only where TensorFlow is imported already
+    return tf is not None and isinstance(value, tf.Variable)
 
 
 def _on_read(variable) -> bool:
-    return getattr(variable, "synchronization", None) == tf.VariableSynchronization.ON_READ
+    # tf.VariableSynchronization.ON_READ (str: "VariableSynchronization.ON_READ") or Keras' "on_read".
+    return str(getattr(variable, "synchronization", "")).lower().endswith("on_read")
 
 
 def loss_state(loss) -> tuple[dict, dict, dict]:
@@ -98,6 +107,57 @@ def loss_state(loss) -> tuple[dict, dict, dict]:
         elif _is_variable(value):
             (counters if _on_read(value) else parameters)[name] = value
     return parameters, optimizers, counters
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing and reading the variables
+# --------------------------------------------------------------------------------------------------
+
+def _flat_variables(tree, prefix: str = "") -> dict:
+    """{"losses/centers/table/0": variable, ...}: a nested dict of variable lists, flattened by path and position."""
+    if isinstance(tree, dict):
+        flat = {}
+        for key, value in tree.items():
+            flat.update(_flat_variables(value, f"{prefix}/{key}" if prefix else str(key)))
+        return flat
+    return {f"{prefix}/{position}": variable for position, variable in enumerate(tree)}
+
+
+def _write_variables(directory: pathlib.Path, tree: dict) -> None:
+    """Write `tree`'s variables into `directory`: a tf.train.Checkpoint on TensorFlow (distributed variables
+    included), a numpy archive by path elsewhere: tf.train.Checkpoint does not track JAX's or PyTorch's Keras
+    variables, and writes an empty checkpoint of them without a word."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # checkpoints of TensorFlow variables: TensorFlow's job
+
+        tf.train.Checkpoint(**tree).write(str(directory / CHECKPOINT_PREFIX))
+        return
+    arrays = {key: to_numpy(variable) for key, variable in _flat_variables(tree).items()}
+    with open(directory / ARRAYS_FILE, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def _read_variables(path: pathlib.Path, tree: dict, strict: bool) -> None:
+    """Assign `tree`'s variables from the state at `path` (either format of `_write_variables`); with `strict`
+    every variable must be in it."""
+    arrays_file = path / ARRAYS_FILE
+    if not arrays_file.is_file():
+        if keras.backend.backend() != "tensorflow":
+            raise KitmDataError(f"The state in {path} was written on TensorFlow (a tf.train.Checkpoint, which cannot "
+                                f"assign {keras.backend.backend()}'s variables); restore it with KERAS_BACKEND="
+                                "tensorflow, or start this part of training again.")
+        import tensorflow as tf  # a state written on TensorFlow
+
+        checkpoint = tf.train.Checkpoint(**tree).read(str(path / CHECKPOINT_PREFIX)).expect_partial()
+        if strict:
+            checkpoint.assert_existing_objects_matched()
+        return
+    with np.load(arrays_file) as arrays:
+        for key, variable in _flat_variables(tree).items():
+            if key in arrays.files:
+                variable.assign(arrays[key].astype(keras.backend.standardize_dtype(variable.dtype)))
+            elif strict:
+                raise KitmDataError(f"The state in {path} has no value for {key}.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,8 +336,17 @@ class LossStateCheckpoint(keras.callbacks.Callback):
     # -- writing ---------------------------------------------------------------------------------
     def _should_write(self) -> bool:
         # Under multi-worker strategies only the chief keeps its checkpoint (the others write and discard).
-        strategy = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
-        return bool(getattr(strategy.extended, "should_checkpoint", True))
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            import tensorflow as tf  # tf.distribute's chief: TensorFlow's job
+
+            strategy = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
+            return bool(getattr(strategy.extended, "should_checkpoint", True))
+        if backend == "jax":
+            import jax
+
+            return jax.process_index() == 0  # one host writes, as keras.distribution's saving does
+        return True
 
     def save(self, epoch: int, batch: int | None = None) -> pathlib.Path | None:
         """Write one state: `epoch` completed epochs (and `batch` batches into the next, if given).
@@ -294,7 +363,7 @@ class LossStateCheckpoint(keras.callbacks.Callback):
         partial.mkdir()
         try:
             parameters, optimizers, counters = self._groups()
-            tf.train.Checkpoint(**parameters, **optimizers).write(str(partial / CHECKPOINT_PREFIX))
+            _write_variables(partial, {**parameters, **optimizers})
             payload = {
                 "epoch": int(epoch), "batch": None if batch is None else int(batch), "tags": self.tags,
                 "counters": {name: {attribute: np.sum(replica_local_values(variable), axis=0).tolist()
@@ -349,7 +418,6 @@ class LossStateCheckpoint(keras.callbacks.Callback):
         if path is None:
             return None
         payload = read_state_json(path)
-        prefix = str(path / CHECKPOINT_PREFIX)
         parameters, optimizers, counters = self._groups()
         saved_shapes = payload.get("shapes", {})
         wanted = self._shapes(parameters)
@@ -359,14 +427,14 @@ class LossStateCheckpoint(keras.callbacks.Callback):
             raise KitmDataError(f"The state in {path} does not fit the current model and losses: {key} has variables "
                                 f"of shapes {shape} here but {found if found is not None else 'is absent'} in the "
                                 f"state ({len(wrong)} group(s) differ). Was it written by another objective or model?")
-        tf.train.Checkpoint(**parameters).read(prefix).expect_partial().assert_existing_objects_matched()
+        _read_variables(path, parameters, strict=True)
         if parts == "all":
             # Optimizers of the same phase have the same variables; ones that differ stay as they are.
             for name, attributes in optimizers["optimizers"].items():
                 for attribute, variables in attributes.items():
                     key = f"optimizers/{name}/{attribute}"
                     if saved_shapes.get(key) == self._shapes(variables, key)[key]:
-                        tf.train.Checkpoint(optimizers={name: {attribute: variables}}).read(prefix).expect_partial()
+                        _read_variables(path, {"optimizers": {name: {attribute: variables}}}, strict=False)
             saved = payload.get("counters", {})
             for name, accumulators in counters.items():
                 for attribute, variable in accumulators.items():

@@ -18,6 +18,9 @@ Where the figures go:
   and, with ``write_scalars=True`` (for training without a TensorBoard callback), the scalars as
   ``epoch_<name>`` at step = epoch index, the tags Keras' TensorBoard callback would use.
 - With `jsonl_path`, one JSON line per evaluation: {"epoch": 1-based, every flat figure}.
+
+The figures are numpy arithmetic on the embeddings; TensorFlow is imported only for what is its job here: the
+summary writer and the thumbnails it shows (with `log_dir`). The dataset is the tf.data evaluation pipeline.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from kitm.callbacks.every_q_batches import to_numpy
 from kitm.eval.ranking import top_k_indices
 from kitm.eval.report import build_report, flatten_figures, rsum
 from kitm.models.inference import paired_encoder
@@ -135,28 +138,36 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         for batch in self.dataset:
             pixels = batch["image"]
             if self.num_images is not None:
-                keep = min(int(tf.shape(pixels)[0]), self.num_images - seen)
+                keep = min(int(pixels.shape[0]), self.num_images - seen)
                 if keep <= 0:
                     break
-                batch = tf.nest.map_structure(lambda value: value[:keep], batch)  # tokens may be a dict
+                batch = keras.tree.map_structure(lambda value: value[:keep], batch)  # tokens may be a dict
                 pixels = batch["image"]
             # One compiled function per model, kept across evaluations (a new one would retrace every time).
-            image_embeddings, text_embeddings = paired_encoder(self.model, pixels.shape.rank)(pixels, batch["tokens"])
-            images.append(image_embeddings.numpy())
-            texts.append(text_embeddings.numpy())
+            rank = len(pixels.shape)
+            image_embeddings, text_embeddings = paired_encoder(self.model, rank)(pixels, batch["tokens"])
+            images.append(to_numpy(image_embeddings))
+            texts.append(to_numpy(text_embeddings))
             seen += images[-1].shape[0]
             if want_captions and "captions" in batch:
-                captions.extend(c.decode("utf-8") for c in batch["captions"].numpy().reshape(-1))
-            if self._wants_thumbnails() and pixels.shape.rank == 5:  # test-time crops: show the first
-                pixels = pixels[:, 0]
-            if self._wants_thumbnails() and pixels.shape.rank == 4:
-                small = tf.image.resize(pixels, [self.thumbnail_size] * 2, antialias=True)
-                thumbnails.append(tf.image.convert_image_dtype(tf.clip_by_value(small, 0.0, 1.0), tf.uint8,
-                                                               saturate=True).numpy())
+                strings = batch["captions"]
+                strings = np.asarray(strings.numpy() if hasattr(strings, "numpy") else strings)  # tf.string: bytes
+                captions.extend(c.decode("utf-8") if isinstance(c, bytes) else str(c) for c in strings.reshape(-1))
+            if self._wants_thumbnails() and rank == 5:  # test-time crops: show the first
+                pixels, rank = pixels[:, 0], 4
+            if self._wants_thumbnails() and rank == 4:
+                thumbnails.append(self._thumbnails(pixels))
         if not images:
             raise ValueError("The evaluation dataset is empty.")
         return {"images": np.concatenate(images), "texts": np.concatenate(texts), "captions": captions,
                 "thumbnails": np.concatenate(thumbnails) if thumbnails else None}
+
+    def _thumbnails(self, pixels) -> np.ndarray:
+        """uint8 [b, s, s, 3] thumbnails of pixels in [0, 1], for the TensorBoard image summary."""
+        import tensorflow as tf  # TensorBoard's images, only with log_dir (pixels come from the tf.data pipeline)
+
+        small = tf.image.resize(pixels, [self.thumbnail_size] * 2, antialias=True)
+        return tf.image.convert_image_dtype(tf.clip_by_value(small, 0.0, 1.0), tf.uint8, saturate=True).numpy()
 
     # ---- evaluation ------------------------------------------------------------------------------
 
@@ -202,6 +213,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
     # ---- summaries -------------------------------------------------------------------------------
 
     def _write_summaries(self, epoch: int, flat: Mapping[str, float]) -> None:
+        import tensorflow as tf  # TensorBoard's event files: TensorFlow's job
+
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         with self._writer.as_default(step=epoch):

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 __all__ = ["SoftmaxQuantizedCenters", "check_centers"]
 
 
 def check_centers(centers, name: str = "centers", dim: int | None = None) -> np.ndarray:
     """`centers` as a finite float64 [N, D] array, or a ValueError naming `name` and the shape."""
-    array = np.asarray(centers.numpy() if hasattr(centers, "numpy") else centers, dtype=np.float64)
+    if isinstance(centers, keras.Variable) or ops.is_tensor(centers):
+        centers = ops.convert_to_numpy(centers)  # any backend's tensor, on any device
+    elif hasattr(centers, "numpy"):
+        centers = centers.numpy()  # e.g. a TensorFlow tensor under another Keras backend
+    array = np.asarray(centers, dtype=np.float64)
     if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
         raise ValueError(f"{name} must be a non-empty [N, D] matrix; got shape {array.shape}.")
     if dim is not None and array.shape[1] != dim:
@@ -74,7 +78,7 @@ class SoftmaxQuantizedCenters(keras.layers.Layer):
         return self.assignment(embeddings)
 
     def call(self, embeddings):
-        return tf.nn.softmax(self.logits(embeddings), axis=-1)
+        return ops.softmax(self.logits(embeddings), axis=-1)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.num_centers,)

@@ -16,22 +16,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 # Above this mean pairwise cosine (either modality) the monitor calls the embeddings collapsed.
 COLLAPSE_THRESHOLD = 0.9
 
 
-def mean_pairwise_cosine(embeddings) -> tf.Tensor:
+def mean_pairwise_cosine(embeddings):
     """Mean cosine over the pairs i != j of the rows of `embeddings` [B, D] (rows need not be unit: they are
     normalised here); 0 for B < 2. Formula in the module docstring."""
-    embeddings = tf.math.l2_normalize(tf.cast(tf.convert_to_tensor(embeddings), tf.float32), axis=-1)
-    if embeddings.shape.rank != 2:
-        raise ValueError(f"embeddings must be [B, D]; got shape {embeddings.shape}.")
-    rows = tf.cast(tf.shape(embeddings)[0], tf.float32)
-    total = tf.reduce_sum(embeddings, axis=0)
-    self_similarity = tf.reduce_sum(tf.square(embeddings))  # B for unit rows (0 for an all-zero row)
-    return tf.math.divide_no_nan(tf.reduce_sum(tf.square(total)) - self_similarity, rows * (rows - 1))
+    embeddings = ops.cast(ops.convert_to_tensor(embeddings), "float32")
+    if len(embeddings.shape) != 2:
+        raise ValueError(f"embeddings must be [B, D]; got shape {tuple(embeddings.shape)}.")
+    # x / max(|x|, 1e-6), as tf.math.l2_normalize: an all-zero row stays zero.
+    embeddings = embeddings * ops.rsqrt(ops.maximum(ops.sum(ops.square(embeddings), axis=-1, keepdims=True), 1e-12))
+    rows = ops.cast(ops.shape(embeddings)[0], "float32")
+    total = ops.sum(embeddings, axis=0)
+    self_similarity = ops.sum(ops.square(embeddings))  # B for unit rows (0 for an all-zero row)
+    return ops.divide_no_nan(ops.sum(ops.square(total)) - self_similarity, rows * (rows - 1))
 
 
 class EmbeddingCollapse(keras.metrics.Metric):
@@ -56,5 +58,5 @@ class EmbeddingCollapse(keras.metrics.Metric):
 
     def result(self):
         batches = self.sums["batches"]
-        return {f"{self.name}/image_cosine": tf.math.divide_no_nan(self.sums["image"], batches),
-                f"{self.name}/text_cosine": tf.math.divide_no_nan(self.sums["text"], batches)}
+        return {f"{self.name}/image_cosine": ops.divide_no_nan(self.sums["image"], batches),
+                f"{self.name}/text_cosine": ops.divide_no_nan(self.sums["text"], batches)}

@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from kitm.losses.global_batch import GlobalBatch
 from kitm.ops.similarity import negative_mask
 
 
@@ -44,31 +43,45 @@ class RelevanceStatistics(keras.metrics.Metric):
         relevance = y_true.get("relevance") if isinstance(y_true, Mapping) else None
         if relevance is None:
             return
-        relevance = tf.cast(relevance, tf.float64)
-        rows, width = relevance.shape[0], relevance.shape[1]
-        context = tf.distribute.get_replica_context()
-        if rows is not None and width is not None and width != rows and context is not None \
-                and context.num_replicas_in_sync > 1:
-            # A replica's rows of the global batch's relevance (module docstring).
-            batch = GlobalBatch(context, tf.shape(relevance)[0])
-            positives, _ = batch.positive_blocks(y_true.get("image_index"))
-            mask = tf.cast(tf.logical_not(positives), tf.float64)
-            diagonal = tf.gather(relevance, batch.offset + tf.range(batch.local), axis=1, batch_dims=0)
-            diagonal = tf.linalg.diag_part(diagonal)
+        relevance = ops.cast(relevance, "float64")
+        replica_rows = _replica_rows_of_global_batch(relevance, y_true.get("image_index"))
+        if replica_rows is not None:
+            mask, diagonal = replica_rows
         else:
-            mask = tf.cast(negative_mask(relevance, y_true.get("image_index")), tf.float64)
-            diagonal = tf.linalg.diag_part(relevance)
-        updates = {"negative_count": tf.reduce_sum(mask), "negative_sum": tf.reduce_sum(relevance * mask),
-                   "negative_squares": tf.reduce_sum(tf.square(relevance) * mask),
-                   "positive_count": tf.cast(tf.size(diagonal), tf.float64), "positive_sum": tf.reduce_sum(diagonal)}
+            mask = ops.cast(negative_mask(relevance, y_true.get("image_index")), "float64")
+            diagonal = ops.diagonal(relevance)
+        updates = {"negative_count": ops.sum(mask), "negative_sum": ops.sum(relevance * mask),
+                   "negative_squares": ops.sum(ops.square(relevance) * mask),
+                   "positive_count": ops.cast(ops.size(diagonal), "float64"), "positive_sum": ops.sum(diagonal)}
         for key, value in updates.items():
             self.sums[key].assign_add(value)
 
     def result(self):
-        negatives = tf.maximum(self.sums["negative_count"], 1.0)
+        negatives = ops.maximum(self.sums["negative_count"], 1.0)
         mean = self.sums["negative_sum"] / negatives
-        variance = tf.maximum(self.sums["negative_squares"] / negatives - tf.square(mean), 0.0)
-        positive = self.sums["positive_sum"] / tf.maximum(self.sums["positive_count"], 1.0)
-        return {f"{self.name}/negative_mean": tf.cast(mean, tf.float32),
-                f"{self.name}/negative_std": tf.cast(tf.sqrt(variance), tf.float32),
-                f"{self.name}/positive_mean": tf.cast(positive, tf.float32)}
+        variance = ops.maximum(self.sums["negative_squares"] / negatives - ops.square(mean), 0.0)
+        positive = self.sums["positive_sum"] / ops.maximum(self.sums["positive_count"], 1.0)
+        return {f"{self.name}/negative_mean": ops.cast(mean, "float32"),
+                f"{self.name}/negative_std": ops.cast(ops.sqrt(variance), "float32"),
+                f"{self.name}/positive_mean": ops.cast(positive, "float32")}
+
+
+def _replica_rows_of_global_batch(relevance, image_index):
+    """(negative mask, positives' relevance) of a replica's [b, B] rows of the global batch's relevance under a
+    TensorFlow strategy with several replicas (module docstring), else None. Only TensorFlow's replicas hold a slice
+    of the global batch: JAX's `keras.distribution` computes on the global [B, B] array."""
+    rows, width = relevance.shape[0], relevance.shape[1]
+    if keras.backend.backend() != "tensorflow" or rows is None or width is None or width == rows:
+        return None
+    import tensorflow as tf  # tf.distribute's replica context: TensorFlow's job
+
+    from kitm.losses.global_batch import GlobalBatch
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync <= 1:
+        return None
+    batch = GlobalBatch(context, tf.shape(relevance)[0])
+    positives, _ = batch.positive_blocks(image_index)
+    mask = tf.cast(tf.logical_not(positives), tf.float64)
+    diagonal = tf.linalg.diag_part(tf.gather(relevance, batch.offset + tf.range(batch.local), axis=1))
+    return mask, diagonal

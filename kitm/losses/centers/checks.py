@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-import tensorflow as tf
+import keras
+import numpy as np
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss
 
@@ -23,40 +25,88 @@ def _non_negative(name: str, value) -> float:
     return value
 
 
-def _pair(image, text, name_image: str = "image", name_text: str = "text") -> tuple[tf.Tensor, tf.Tensor]:
-    image, text = tf.convert_to_tensor(image), tf.convert_to_tensor(text)
-    if image.shape.rank != 2 or text.shape.rank != 2:
+def _dtype(value) -> str:
+    return keras.backend.standardize_dtype(value.dtype)
+
+
+def _is_float(dtype: str) -> bool:
+    return "float" in dtype  # float16/32/64 and bfloat16
+
+
+def _compatible(shape, other) -> bool:
+    """Static shapes of one rank whose known sizes agree (an unknown size, None, matches any)."""
+    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
+
+
+def _pair(image, text, name_image: str = "image", name_text: str = "text"):
+    image, text = ops.convert_to_tensor(image), ops.convert_to_tensor(text)
+    if len(image.shape) != 2 or len(text.shape) != 2:
         raise ValueError(f"{name_image} and {name_text} must be [B, D]; got shapes {image.shape} and {text.shape}.")
-    if not image.shape.is_compatible_with(text.shape):
+    if not _compatible(image.shape, text.shape):
         raise ValueError(f"{name_image} and {name_text} must have the same shape [B, D]; got {image.shape} and "
                          f"{text.shape}.")
-    if not image.dtype.is_floating or image.dtype != text.dtype:
-        raise ValueError(f"{name_image} and {name_text} must be floats of one dtype; got {image.dtype.name} and "
-                         f"{text.dtype.name}.")
+    if not _is_float(_dtype(image)) or _dtype(image) != _dtype(text):
+        raise ValueError(f"{name_image} and {name_text} must be floats of one dtype; got {_dtype(image)} and "
+                         f"{_dtype(text)}.")
     return image, text
 
 
-def _embeddings(y_pred, embedding_dim: int, loss_name: str) -> tuple[tf.Tensor, tf.Tensor]:
+def _embeddings(y_pred, embedding_dim: int, loss_name: str):
     if not isinstance(y_pred, Mapping) or "image" not in y_pred or "text" not in y_pred:
         raise ValueError(f"{loss_name} takes y_pred = {{'image': [B, D], 'text': [B, D]}}; got "
                          f"{type(y_pred).__name__} with keys {list(y_pred) if isinstance(y_pred, Mapping) else 'n/a'}.")
     image, text = _pair(y_pred["image"], y_pred["text"], "y_pred['image']", "y_pred['text']")
     if image.shape[-1] is not None and image.shape[-1] != embedding_dim:
         raise ValueError(f"{loss_name} was built for embedding_dim={embedding_dim}; got embeddings of shape "
-                         f"{image.shape}.")
+                         f"{tuple(image.shape)}.")
     return image, text
 
 
-def _image_index(y_true, num_images: int, loss_name: str) -> tf.Tensor:
+def _known_values(index):
+    """The values of `index` as numpy where they are known without tracing or a device round trip, else None."""
+    if isinstance(index, (np.ndarray, np.generic)):
+        return np.asarray(index)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        if not isinstance(index, jax.core.Tracer):
+            return np.asarray(index)
+    elif backend == "torch":
+        import torch
+
+        if index.device.type == "cpu" and not torch.compiler.is_compiling():
+            return index.numpy()
+    return None
+
+
+def _image_index(y_true, num_images: int, loss_name: str):
     index = RetrievalLoss.optional(y_true, "image_index")
     if index is None:
         raise ValueError(f"{loss_name} needs y_true['image_index'] (int [B], the training image of each row).")
-    index = tf.convert_to_tensor(index)
-    if not index.dtype.is_integer:
-        raise ValueError(f"y_true['image_index'] must be integers; got dtype {index.dtype.name}.")
-    index = tf.cast(tf.reshape(index, [-1]), tf.int32)
-    # tf.gather silently returns zeros for an out-of-range index on GPU; say which input is wrong instead.
-    tf.debugging.assert_non_negative(index, message=f"{loss_name}: y_true['image_index'] must be >= 0")
-    tf.debugging.assert_less(index, num_images,
-                             message=f"{loss_name}: y_true['image_index'] must be < num_images={num_images}")
-    return index
+    index = ops.convert_to_tensor(index)
+    if "int" not in _dtype(index):
+        raise ValueError(f"y_true['image_index'] must be integers; got dtype {_dtype(index)}.")
+    index = ops.cast(ops.reshape(index, [-1]), "int32")
+    # A gather does not fail on every backend and device for an out-of-range index (TensorFlow on GPU returns zeros,
+    # JAX clips or fills, and keras.ops.take wraps negative indices): say which input is wrong instead.
+    too_small, too_large = (f"{loss_name}: y_true['image_index'] must be >= 0",
+                            f"{loss_name}: y_true['image_index'] must be < num_images={num_images}")
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # TensorFlow's graph-mode asserts: the check also runs inside tf.function
+
+        tf.debugging.assert_non_negative(index, message=too_small)
+        tf.debugging.assert_less(index, num_images, message=too_large)
+        return index
+    values = _known_values(index)
+    if values is not None:
+        if values.size and values.min() < 0:
+            raise ValueError(f"{too_small}; got {values.min()}.")
+        if values.size and values.max() >= num_images:
+            raise ValueError(f"{too_large}; got {values.max()}.")
+        return index
+    # Traced (JAX under jit, torch.compile) or on an accelerator (torch: reading it would wait for the device): send
+    # every invalid index to num_images, one past the table, so that JAX's gather fills its row with NaN and
+    # torch's raises, rather than reading another image's centre.
+    valid = ops.logical_and(ops.greater_equal(index, 0), ops.less(index, num_images))
+    return ops.where(valid, index, ops.full_like(index, num_images))

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from kitm.layers.quantized_centers import SoftmaxQuantizedCenters
 from kitm.losses.base import RetrievalLoss
@@ -19,6 +19,14 @@ from kitm.losses.centers.terms import (DEFAULT_DELTA, DEFAULT_REPULSION_CHUNK, _
                                        semantic_center_terms)
 
 
+def _replicas_in_sync() -> int:
+    """The replicas that each compute the loss on their share of the batch: TensorFlow's strategy in scope (1
+    outside one). JAX's `keras.distribution` and PyTorch compute the loss once on the global batch: 1."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # tf.distribute is TensorFlow's job; imported only on its backend
+
+        return tf.distribute.get_strategy().num_replicas_in_sync
+    return 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -69,8 +77,8 @@ class SemanticCenterLoss(_OwnsParameters, RetrievalLoss):
     def compute_terms(self, y_true, y_pred):
         image, text = _embeddings(y_pred, self.embedding_dim, type(self).__name__)
         index = _image_index(y_true, self.num_images, type(self).__name__)
-        centers = tf.cast(self.table(index), image.dtype)
-        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        centers = ops.cast(self.table(index), image.dtype)
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, ops.shape(image)[0], image.dtype))
         image_term, text_term = semantic_center_terms(image, text, centers, delta=self.delta)
         return {"image": image_term, "text": text_term}
 
@@ -151,16 +159,16 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
 
     def compute_terms(self, y_true, y_pred):
         image, text = _embeddings(y_pred, self.embedding_dim, type(self).__name__)
-        image_weights = tf.cast(self.quantizer(image), image.dtype)
-        text_weights = tf.cast(self.quantizer(text), image.dtype)
-        centers = tf.cast(tf.convert_to_tensor(self.quantizer.centers), image.dtype)
-        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, tf.shape(image)[0], image.dtype))
+        image_weights = ops.cast(self.quantizer(image), image.dtype)
+        text_weights = ops.cast(self.quantizer(text), image.dtype)
+        centers = ops.cast(ops.convert_to_tensor(self.quantizer.centers), image.dtype)
+        centers = scale_gradient(centers, _center_gradient_scale(self.reduction, ops.shape(image)[0], image.dtype))
         image_term, text_term, repulsion = quantized_center_terms(
             image, text, image_weights, text_weights, centers, delta=self.delta,
             repulsion_weight=self.repulsion_weight, chunk_size=self.chunk_size)
         # The repulsion is one term per batch, not per row: each of R replicas charges 1/R of it, so that the
         # replicas together weigh it as one device does on the global batch.
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        replicas = _replicas_in_sync()
         return {"image": image_term, "text": text_term, "repulsion": repulsion / replicas}
 
     def get_config(self):
@@ -214,8 +222,8 @@ class ImageIndexCrossEntropy(_OwnsParameters, RetrievalLoss):
         image, text = _embeddings(y_pred, self.embedding_dim, type(self).__name__)
         index = _image_index(y_true, self.num_images, type(self).__name__)
         image_logits, text_logits = self.heads(image, text)
-        image_term, text_term = index_cross_entropy_terms(tf.cast(image_logits, image.dtype),
-                                                          tf.cast(text_logits, image.dtype), index)
+        image_term, text_term = index_cross_entropy_terms(ops.cast(image_logits, image.dtype),
+                                                          ops.cast(text_logits, image.dtype), index)
         return {"image": image_term, "text": text_term}
 
     def get_config(self):

@@ -8,7 +8,7 @@ import copy
 from typing import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.centers.checks import _positive_int
 
@@ -31,8 +31,9 @@ def _serialize_optimizer(optimizer):
 class SemanticCenters(keras.layers.Layer):
     """The table of unquantized centres c_n, [num_images, embedding_dim]; `call(image_index)` gathers rows.
 
-    Gathering straight from the variable keeps the gradient sparse (`tf.IndexedSlices` over the rows
-    of the batch), so a step touches B rows, not the whole table.
+    Gathering straight from the variable keeps the gradient sparse on TensorFlow (`tf.IndexedSlices` over the
+    rows of the batch), so a step touches B rows, not the whole table; JAX and PyTorch get a dense gradient with
+    zeros outside those rows.
     """
 
     def __init__(self, num_images: int, embedding_dim: int, initializer="zeros", **kwargs):
@@ -45,7 +46,7 @@ class SemanticCenters(keras.layers.Layer):
 
     def call(self, image_index):
         variable = self.centers.value if hasattr(self.centers, "value") else self.centers
-        return tf.gather(variable, image_index)
+        return ops.take(variable, image_index, axis=0)
 
     def get_config(self):
         config = super().get_config()

@@ -3,36 +3,38 @@ kitm.losses.centers), and the gradient scaling that gives the centres their batc
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
 
-from kitm.losses.centers.checks import _non_negative, _pair, _positive_int
+from kitm.losses.centers.checks import _compatible, _non_negative, _pair, _positive_int
 
 DEFAULT_DELTA = 0.1
 # Rows of the [N_q, N_q] centre-distance matrix computed at once in the repulsion term.
 DEFAULT_REPULSION_CHUNK = 1024
 
 
-def scale_gradient(value: tf.Tensor, scale) -> tf.Tensor:
+def scale_gradient(value, scale):
     """Identity on the forward pass; multiplies the gradient flowing back into `value` by `scale`."""
-    frozen = tf.stop_gradient(value)
-    return frozen + tf.cast(scale, value.dtype) * (value - frozen)
+    frozen = ops.stop_gradient(value)
+    return frozen + ops.cast(scale, value.dtype) * (value - frozen)
 
 
-def _center_gradient_scale(reduction: str | None, rows: tf.Tensor, dtype) -> tf.Tensor:
+def _center_gradient_scale(reduction: str | None, rows, dtype):
     """1/b under reduction "sum" (the centre step is taken on the batch-mean loss, kitm.losses.centers)."""
     if reduction == "sum":
-        return 1.0 / tf.maximum(tf.cast(rows, dtype), 1.0)
-    return tf.constant(1.0, dtype)
+        return 1.0 / ops.maximum(ops.cast(rows, dtype), 1.0)
+    return ops.convert_to_tensor(1.0, dtype)
 
 
-def _squared_distances(points: tf.Tensor, centers: tf.Tensor) -> tf.Tensor:
+def _squared_distances(points, centers):
     """`|p_i - c_j|^2`, [P, C], through the Gram matrix; clipped at 0 against rounding."""
-    squared = (tf.reduce_sum(tf.square(points), axis=1)[:, None] + tf.reduce_sum(tf.square(centers), axis=1)[None, :]
-               - 2.0 * tf.matmul(points, centers, transpose_b=True))
-    return tf.nn.relu(squared)
+    # einsum, not ops.matmul: Keras' PyTorch backend computes a float64 matmul in float32 (its dtype promotion maps
+    # float64 to float32 off TensorFlow), which would cost the float64 path its precision.
+    squared = (ops.sum(ops.square(points), axis=1)[:, None] + ops.sum(ops.square(centers), axis=1)[None, :]
+               - 2.0 * ops.einsum("pd,cd->pc", points, centers))
+    return ops.relu(squared)
 
 
-def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA) -> tuple[tf.Tensor, tf.Tensor]:
+def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA) -> tuple:
     """Per-row terms of the center loss (Malali & Keller, Eq. 6): `([|x_p - c_p|^2 - delta]+, [|y_p - c_p|^2 - delta]+)`.
 
     Args:
@@ -41,17 +43,18 @@ def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA)
       delta: the hinge's radius, >= 0.
     """
     image, text = _pair(image, text)
-    centers = tf.convert_to_tensor(centers, dtype=image.dtype)
-    if centers.shape.rank != 2 or not centers.shape.is_compatible_with(image.shape):
-        raise ValueError(f"centers must be [B, D] like the embeddings {image.shape}; got shape {centers.shape}.")
+    centers = ops.convert_to_tensor(centers, dtype=image.dtype)
+    if not _compatible(centers.shape, image.shape):
+        raise ValueError(f"centers must be [B, D] like the embeddings {tuple(image.shape)}; got shape "
+                         f"{tuple(centers.shape)}.")
     delta = _non_negative("delta", delta)
     # Differences, not the Gram formula: exact where a sample sits on its centre.
-    image_term = tf.nn.relu(tf.reduce_sum(tf.square(image - centers), axis=1) - delta)
-    text_term = tf.nn.relu(tf.reduce_sum(tf.square(text - centers), axis=1) - delta)
+    image_term = ops.relu(ops.sum(ops.square(image - centers), axis=1) - delta)
+    text_term = ops.relu(ops.sum(ops.square(text - centers), axis=1) - delta)
     return image_term, text_term
 
 
-def semantic_center_loss(image, text, centers, *, delta: float = DEFAULT_DELTA) -> tf.Tensor:
+def semantic_center_loss(image, text, centers, *, delta: float = DEFAULT_DELTA):
     """Center loss per batch row [B] (Malali & Keller, Eq. 6); its sum is L_C. Arguments as `semantic_center_terms`.
 
     Example (hand-computed): x = [1, 0], y = [0, 1], c = [0.5, 0.5], delta = 0.1:
@@ -61,33 +64,33 @@ def semantic_center_loss(image, text, centers, *, delta: float = DEFAULT_DELTA) 
     return image_term + text_term
 
 
-def center_repulsion(centers, *, delta: float = DEFAULT_DELTA, chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tf.Tensor:
+def center_repulsion(centers, *, delta: float = DEFAULT_DELTA, chunk_size: int = DEFAULT_REPULSION_CHUNK):
     """`sum_{k1 != k2} [2 delta - |c_k1 - c_k2|^2]+` over ordered pairs (Malali & Keller, Eq. 7, last term): a scalar.
 
     Rows of the [N_q, N_q] distance matrix are computed `chunk_size` at a time, so memory stays at
     `chunk_size * N_q` floats for any N_q (the paper goes up to 6000 centres).
     """
-    centers = tf.convert_to_tensor(centers)
-    if centers.shape.rank != 2:
-        raise ValueError(f"centers must be [N_q, D]; got shape {centers.shape}.")
+    centers = ops.convert_to_tensor(centers)
+    if len(centers.shape) != 2:
+        raise ValueError(f"centers must be [N_q, D]; got shape {tuple(centers.shape)}.")
     delta = _non_negative("delta", delta)
     chunk_size = _positive_int("chunk_size", chunk_size)
     count = centers.shape[0]
     if count is None:
         raise ValueError("center_repulsion needs a static number of centres (the first dimension of centers).")
-    total = tf.zeros([], centers.dtype)
+    total = ops.zeros([], centers.dtype)
     for start in range(0, count, chunk_size):  # a loop over chunks, unrolled: N_q is fixed by the layer
-        rows = centers[start:start + chunk_size]
-        hinge = tf.nn.relu(2.0 * delta - _squared_distances(rows, centers))
-        size = rows.shape[0]
-        not_self = tf.not_equal(tf.range(start, start + size)[:, None], tf.range(count)[None, :])
-        total += tf.reduce_sum(tf.where(not_self, hinge, tf.zeros_like(hinge)))
+        size = min(chunk_size, count - start)
+        rows = centers[start:start + size]
+        hinge = ops.relu(2.0 * delta - _squared_distances(rows, centers))
+        not_self = ops.not_equal(ops.arange(start, start + size)[:, None], ops.arange(count)[None, :])
+        total += ops.sum(ops.where(not_self, hinge, ops.zeros_like(hinge)))
     return total
 
 
 def quantized_center_terms(image, text, image_weights, text_weights, centers, *, delta: float = DEFAULT_DELTA,
                            repulsion_weight: float = 1.0,
-                           chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                           chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tuple:
     """Per-row terms of the quantized center loss (Malali & Keller, Eq. 7): (image, text, repulsion), each [B].
 
     `image[p] = sum_j w_x_p(j) [|x_p - c_j|^2 - delta]+`, likewise `text[p]` with y_p and w_y_p, and
@@ -102,38 +105,47 @@ def quantized_center_terms(image, text, image_weights, text_weights, centers, *,
     """
     image, text = _pair(image, text)
     image_weights, text_weights = _pair(image_weights, text_weights, "image_weights", "text_weights")
-    centers = tf.convert_to_tensor(centers, dtype=image.dtype)
-    if centers.shape.rank != 2 or not centers.shape[1:].is_compatible_with(image.shape[1:]):
-        raise ValueError(f"centers must be [N_q, D] with the embeddings' D ({image.shape}); got {centers.shape}.")
-    if not image_weights.shape.is_compatible_with([image.shape[0], centers.shape[0]]):
+    centers = ops.convert_to_tensor(centers, dtype=image.dtype)
+    if len(centers.shape) != 2 or not _compatible(centers.shape[1:], image.shape[1:]):
+        raise ValueError(f"centers must be [N_q, D] with the embeddings' D ({tuple(image.shape)}); got "
+                         f"{tuple(centers.shape)}.")
+    if not _compatible(image_weights.shape, (image.shape[0], centers.shape[0])):
         raise ValueError(f"image_weights and text_weights must be [B, N_q] = [{image.shape[0]}, {centers.shape[0]}]; "
-                         f"got {image_weights.shape}.")
+                         f"got {tuple(image_weights.shape)}.")
     delta = _non_negative("delta", delta)
     repulsion_weight = _non_negative("repulsion_weight", repulsion_weight)
-    image_weights = tf.cast(image_weights, image.dtype)
-    text_weights = tf.cast(text_weights, image.dtype)
-    image_term = tf.reduce_sum(image_weights * tf.nn.relu(_squared_distances(image, centers) - delta), axis=1)
-    text_term = tf.reduce_sum(text_weights * tf.nn.relu(_squared_distances(text, centers) - delta), axis=1)
-    rows = tf.cast(tf.shape(image)[0], image.dtype)
+    image_weights = ops.cast(image_weights, image.dtype)
+    text_weights = ops.cast(text_weights, image.dtype)
+    image_term = ops.sum(image_weights * ops.relu(_squared_distances(image, centers) - delta), axis=1)
+    text_term = ops.sum(text_weights * ops.relu(_squared_distances(text, centers) - delta), axis=1)
+    rows = ops.cast(ops.shape(image)[0], image.dtype)
     repulsion = repulsion_weight * center_repulsion(centers, delta=delta, chunk_size=chunk_size)
-    repulsion_rows = tf.fill(tf.shape(image_term), tf.math.divide_no_nan(repulsion, rows))
+    repulsion_rows = ops.zeros_like(image_term) + ops.divide_no_nan(repulsion, rows)
     return image_term, text_term, repulsion_rows
 
 
 def quantized_center_loss(image, text, image_weights, text_weights, centers, *, delta: float = DEFAULT_DELTA,
-                          repulsion_weight: float = 1.0, chunk_size: int = DEFAULT_REPULSION_CHUNK) -> tf.Tensor:
+                          repulsion_weight: float = 1.0, chunk_size: int = DEFAULT_REPULSION_CHUNK):
     """Quantized center loss per batch row [B] (Malali & Keller, Eq. 7); its sum is L_Q (`quantized_center_terms`)."""
-    return tf.add_n(list(quantized_center_terms(image, text, image_weights, text_weights, centers, delta=delta,
-                                                repulsion_weight=repulsion_weight, chunk_size=chunk_size)))
+    image_term, text_term, repulsion = quantized_center_terms(image, text, image_weights, text_weights, centers,
+                                                              delta=delta, repulsion_weight=repulsion_weight,
+                                                              chunk_size=chunk_size)
+    return image_term + text_term + repulsion
 
 
-def index_cross_entropy_terms(image_logits, text_logits, image_index) -> tuple[tf.Tensor, tf.Tensor]:
+def _sparse_cross_entropy(logits, index):
+    """`logsumexp(logits[p]) - logits[p, n_p]`, [B]: no [B, N] one-hot (N is the number of training images, 10^5 on
+    COCO), and no `0 * -inf` where a logit is far below the others."""
+    target = ops.take_along_axis(logits, index[:, None], axis=1)[:, 0]
+    return ops.logsumexp(logits, axis=1) - target
+
+
+def index_cross_entropy_terms(image_logits, text_logits, image_index) -> tuple:
     """Per-row sparse softmax cross-entropies of both heads against the image index (Malali & Keller, Sec. 3.2).
 
     `(-log softmax(image_logits[p])[n_p], -log softmax(text_logits[p])[n_p])`, each [B].
     """
     image_logits, text_logits = _pair(image_logits, text_logits, "image_logits", "text_logits")
-    image_index = tf.cast(tf.reshape(tf.convert_to_tensor(image_index), [-1]), tf.int32)
-    return (tf.nn.sparse_softmax_cross_entropy_with_logits(labels=image_index, logits=image_logits),
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=image_index, logits=text_logits))
+    image_index = ops.cast(ops.reshape(ops.convert_to_tensor(image_index), [-1]), "int32")
+    return _sparse_cross_entropy(image_logits, image_index), _sparse_cross_entropy(text_logits, image_index)
 
