@@ -95,7 +95,9 @@ def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--limit", type=int, default=None,
                         help="only the first N images of each split (quick builds and tests)")
     common.add_argument("--missing_images", choices=("stop", "skip"), default="stop",
-                        help="an image named by the source but absent on disk: stop, or skip it and count it")
+                        help="an image named by the source but absent on disk (captions_table: or not a file, or "
+                             "one that does not decode): stop naming it, or skip it and count it (captions_table: "
+                             "and list it)")
     common.add_argument("--empty_captions", choices=("stop", "skip"), default="stop",
                         help="an empty caption: stop naming it, or drop it and count it (the image then needs "
                              "five other captions, see --few_captions)")

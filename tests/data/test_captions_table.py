@@ -291,13 +291,46 @@ def test_an_image_that_does_not_decode_is_named_by_its_row(tmp_path):
     with pytest.raises(KitmDataError, match=r"table.csv, line 6, column 'filepath': image .*im4.png does not decode"):
         build_captions_table(tmp_path / "out", table, val_images=0, test_images=0, num_shards=3, relevance=(),
                              progress=False)
-    assert (tmp_path / "out" / "train-00000-of-00003.tfrecord").is_file()  # the shards before it are kept
+    assert not (tmp_path / "out").exists()  # every image is decoded before anything is written
     from PIL import Image
 
     Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "photos" / "im4.png", format="TIFF")
     with pytest.raises(KitmDataError, match=r"line 6, column 'filepath': image .*im4.png is TIFF; TensorFlow decodes "
                                             r"JPEG, PNG, GIF, BMP and WebP"):
         build_captions_table(tmp_path / "out2", table, val_images=0, test_images=0, relevance=(), progress=False)
+
+
+def _truncated_jpeg(path, seed):
+    """A JPEG cut in half: PIL's `verify` (headers only) passes it, TensorFlow's decoder fails on it."""
+    from PIL import Image
+    import io
+
+    pixels = np.random.default_rng(seed).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    data = io.BytesIO()
+    Image.fromarray(pixels).save(data, format="JPEG")
+    path.write_bytes(data.getvalue()[:len(data.getvalue()) // 2])
+
+
+def test_a_truncated_jpeg_is_refused_before_anything_is_written_or_skipped_and_listed(tmp_path, capsys):
+    """A truncated JPEG was accepted by the build (PIL's verify reads headers only) and killed training in epoch 2."""
+    table = _table(tmp_path, [2] * 8)
+    _truncated_jpeg(tmp_path / "photos" / "im3.png", 3)  # the name does not matter: the bytes are a JPEG
+    _truncated_jpeg(tmp_path / "photos" / "im6.png", 6)
+    flags = ["--dataset=captions_table", f"--captions={table}", f"--out={tmp_path / 'out'}", "--relevance=none",
+             "--val_images=0", "--test_images=0", "--quiet"]
+    assert main(flags) == 2
+    error = capsys.readouterr().err
+    assert (f"kitm.data.build: error: {table}, line 5, column 'filepath': image {tmp_path / 'photos' / 'im3.png'} "
+            "does not decode: it is cut short (") in error
+    assert ("; an interrupted copy or download?) (2 of the table's 8 images do not decode; rows 5, 8). Replace the file or remove its rows, or pass --missing_images=skip") in error
+    assert not (tmp_path / "out").exists()
+    assert main(flags + ["--missing_images=skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "Left out 2 image(s) that do not decode (--missing_images=skip): line 5: " in printed
+    source = schema.load_info(tmp_path / "out").source
+    assert source["skipped_unreadable"] == 2 and [line.split(":")[0] for line in source["unreadable_images"]] == [
+        "line 5", "line 8"]
+    assert schema.load_info(tmp_path / "out").num_images("train") == 6
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class TableImage:
     split_line: int = 0
     caption_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # caption -> the line it is first on
     duplicates: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (line, the line it repeats)
+    sha256: str | None = None  # of the file's bytes, once decoded (kitm.data.captions_table.checks)
 
 
 def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,

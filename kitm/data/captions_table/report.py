@@ -17,6 +17,12 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"Dropped {report['empty_captions_dropped']} empty caption(s) (--empty_captions=skip).")
     if report["skipped_missing"]:
         print(f"Left out {report['skipped_missing']} image(s) missing on disk (--missing_images=skip).")
+    if report.get("skipped_unreadable"):
+        listed = report["unreadable_images"]
+        print(f"Left out {report['skipped_unreadable']} image(s) that do not decode (--missing_images=skip): "
+              + "; ".join(listed[:3]) + ("; ..." if report["skipped_unreadable"] > 3 else "")
+              + (f" (the first {len(listed)} are listed in dataset.json's source.unreadable_images)."
+                 if report["skipped_unreadable"] > 3 else "."))
     duplicates = report.get("duplicates") or {"rows": 0}
     if duplicates["rows"]:
         print(f"{duplicates['rows']} duplicated row(s): they repeat an earlier row's image and caption exactly "
