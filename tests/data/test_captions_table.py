@@ -413,3 +413,27 @@ def test_duplicated_rows_are_reported_as_duplicates_with_counts_and_lines(tmp_pa
             "duplicated rows") in printed
     _write_csv(tmp_path / "t.csv", rows)
     assert load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[1]["duplicates"]["rows"] == 0
+
+
+def test_identical_images_across_splits_are_reported_as_test_leakage(tmp_path, capsys):
+    """3 of 6 test images were byte-identical to training images under other names, without a word."""
+    table = _table(tmp_path, [2] * 10)
+    for i in (1, 2):  # the same bytes as im1, im2 under another name
+        (tmp_path / "photos" / f"copy{i}.png").write_bytes((tmp_path / "photos" / f"im{i}.png").read_bytes())
+    rows = ([(image, caption, "test" if image.endswith("im5.png") else "train") for image, caption in _rows([2] * 10)]
+            + [(f"photos/copy{i}.png", f"a copy {i} {k}", "test") for k in range(2) for i in (1, 2)])
+    _write_csv(table, rows, header=("filepath", "title", "split"))  # lines 22, 23: copy1, copy2
+    flags = ["--dataset=captions_table", f"--captions={table}", "--split_column=split", "--relevance=none", "--quiet"]
+    assert main(flags + [f"--out={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    digest = __import__("hashlib").sha256((tmp_path / "photos" / "im1.png").read_bytes()).hexdigest()
+    assert ("Warning: identical images across splits (test leakage): 0 val and 2 test image(s) have byte-identical "
+            "copies in another split, 2 group(s) of identical files (photos/im1.png (train, line 3) = "
+            f"photos/copy1.png (test, line 22) [sha256 {digest[:12]}]; photos/im2.png (train, line 4) = ") in printed
+    leaks = schema.load_info(tmp_path / "out").source["identical_across_splits"]
+    assert leaks["groups"] == 2 and leaks["images"] == {"val": 0, "test": 2}
+    assert leaks["examples"][0] == {"sha256": digest, "images": ["photos/im1.png (train, line 3)",
+                                                                 "photos/copy1.png (test, line 22)"]}
+    # Identical files within one split are no leakage.
+    _write_csv(table, [(image, caption, "train") for image, caption, _ in rows], header=("filepath", "title", "split"))
+    assert load_table_entries(table, split_column="split")[1]["identical_across_splits"]["groups"] == 0

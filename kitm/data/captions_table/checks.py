@@ -74,3 +74,21 @@ def readable_images(table_images: Sequence[TableImage], missing_images: str, whe
                             f"or remove its rows, or pass {option('missing_images')}=skip to leave such images out "
                             "(they are listed in the summary and dataset.json). Nothing was written.")
     return kept, len(bad), [f"line {image.line}: {image.path} {problem}" for image, problem in bad[:LISTED]]
+
+
+def identical_across_splits(table_images: Sequence[TableImage], splits: Sequence[str],
+                            examples: int = LISTED) -> dict:
+    """Images whose bytes are identical (same sha256) but that sit in different splits: a copy of a training image
+    under another name in val or test is test leakage, which R@K then rewards. The counts per split (images of
+    val and test with a copy in another split), the groups (one per hash), and the first groups by name."""
+    by_hash: dict[str, list[tuple[TableImage, str]]] = {}
+    for image, split in zip(table_images, splits):
+        if image.sha256 is not None:
+            by_hash.setdefault(image.sha256, []).append((image, split))
+    groups = [members for members in by_hash.values() if len({split for _, split in members}) > 1]
+    counts = {split: sum(1 for members in groups for _, member_split in members if member_split == split)
+              for split in ("val", "test")}
+    return {"groups": len(groups), "images": counts,
+            "examples": [{"sha256": members[0][0].sha256,
+                          "images": [f"{image.key} ({split}, line {image.line})" for image, split in members]}
+                         for members in groups[:examples]]}

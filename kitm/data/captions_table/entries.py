@@ -9,7 +9,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from kitm.data.captions_table.checks import readable_images
+from kitm.data.captions_table.checks import identical_across_splits, readable_images
 from kitm.data.captions_table.grouping import TableImage, captions_rule, duplicate_report, group_rows
 from kitm.data.captions_table.reading import _Where, read_table
 from kitm.data.captions_table.splits import table_splits
@@ -54,6 +54,7 @@ def load_table_entries(captions: str | os.PathLike, images: str | os.PathLike | 
     report["duplicates"] = duplicate_report(table_images)
     table_images, report["caption_rule"] = captions_rule(table_images, captions_per_image, few_captions, where, path)
     splits, report["split"] = table_splits(table_images, split_column, val_images, test_images, split_seed, path)
+    report["identical_across_splits"] = identical_across_splits(table_images, splits)
     entries = [Entry(key=image.key, split=split, captions=image.captions, location=(image.path, image.line))
                for image, split in zip(table_images, splits)]
     return entries, report

@@ -47,3 +47,13 @@ def print_report(report: dict[str, Any]) -> None:
     how = (f"from column {split['column']!r}" if split["rule"] == "column"
            else f"random by image, --split_seed={split['seed']}")
     print(f"Splits ({how}): " + ", ".join(f"{name} {count}" for name, count in split["images"].items()) + ".")
+    leaks = report.get("identical_across_splits") or {"groups": 0}
+    if leaks["groups"]:
+        shown = "; ".join(" = ".join(group["images"]) + f" [sha256 {group['sha256'][:12]}]"
+                          for group in leaks["examples"][:3])
+        more = "; ..." if leaks["groups"] > 3 else ""
+        print(f"Warning: identical images across splits (test leakage): {leaks['images']['val']} val and "
+              f"{leaks['images']['test']} test image(s) have byte-identical copies in another split, "
+              f"{leaks['groups']} group(s) of identical files ({shown}{more}); R@K rewards recalling a copy. Remove "
+              "the copies from the table, or put each group in one split (--split_column). The groups (the first 100): "
+              "dataset.json's source.identical_across_splits.")
