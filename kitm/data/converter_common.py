@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,23 @@ class Entry:
     split: str
     captions: list[str]
     location: Any = None
+
+
+# Control characters a caption cannot mean (C0 but tab, line feed and carriage return, which a quoted multi-line
+# caption holds; DEL; C1): a NUL comes from a file saved as UTF-16 or a binary field pasted in, and would be stored
+# and tokenized silently.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of `text` a caption or path cannot hold, named with its position
+    ("U+0000 at character 12"), or None."""
+    match = _CONTROL.search(text)
+    if match is None:
+        return None
+    code = ord(match.group())
+    name = {0: " (NUL)", 0x1b: " (ESC)", 0x7f: " (DEL)"}.get(code, "")
+    return f"U+{code:04X}{name} at character {match.start() + 1}"
 
 
 def check_policy(name: str, value: str) -> None:
@@ -88,6 +106,11 @@ class CaptionRules:
             if not isinstance(caption, str):
                 raise KitmDataError(f"{origin}: image {key}, caption {number} is not text ({caption!r}).")
             caption = caption.strip()
+            control = control_character(caption)
+            if control is not None:
+                raise KitmDataError(f"{origin}: image {key}, caption {number} holds control character {control} "
+                                    f"({caption[:60]!r}); remove it from the source (a NUL often means a file saved "
+                                    "as UTF-16, or binary data pasted in).")
             if not caption:
                 if self.empty == "stop":
                     raise KitmDataError(f"{origin}: image {key}, caption {number} is empty ({caption!r}); pass "

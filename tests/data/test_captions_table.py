@@ -437,3 +437,29 @@ def test_identical_images_across_splits_are_reported_as_test_leakage(tmp_path, c
     # Identical files within one split are no leakage.
     _write_csv(table, [(image, caption, "train") for image, caption, _ in rows], header=("filepath", "title", "split"))
     assert load_table_entries(table, split_column="split")[1]["identical_across_splits"]["groups"] == 0
+
+
+def test_control_characters_in_captions_and_paths_are_refused_naming_the_line(tmp_path, capsys):
+    """NUL bytes in captions were stored silently."""
+    _table(tmp_path, [2] * 4)
+    good = _rows([2] * 4)
+    _write_csv(tmp_path / "t.csv", good[:2] + [(good[2][0], "a red\x00thing")] + good[3:])
+    assert main(["--dataset=captions_table", f"--captions={tmp_path / 't.csv'}", f"--out={tmp_path / 'o'}",
+                 "--quiet"]) == 2
+    assert (f"kitm.data.build: error: {tmp_path / 't.csv'}, line 4, column 'title': the caption holds control "
+            "character U+0000 (NUL) at character 6 ('a red\\x00thing'); remove it from the table (a NUL often "
+            "means a file saved as UTF-16, or binary data pasted into a cell).") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    _write_csv(tmp_path / "t.csv", good[:1] + [("photos/im1\x1b.png", "x")] + good[1:])
+    with pytest.raises(KitmDataError, match=r"t.csv, line 3, column 'filepath': the image path holds control "
+                                            r"character U\+001B \(ESC\) at character 11"):
+        load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    (tmp_path / "j.jsonl").write_text(json.dumps({"filepath": "photos/im0.png", "title": "ok"}) + "\n"
+                                      + json.dumps({"filepath": "photos/im0.png", "title": "bad\u0007"}) + "\n")
+    with pytest.raises(KitmDataError, match=r"j.jsonl, line 2, key 'title': the caption holds control character "
+                                            r"U\+0007 at character 4"):
+        load_table_entries(tmp_path / "j.jsonl", val_images=0, test_images=0)
+    # Tabs and line breaks inside a quoted caption are text, not control characters.
+    _write_csv(tmp_path / "t.csv", good[:2] + [(good[2][0], "two\nlines\tand a tab")] + good[3:])
+    entries = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[0]
+    assert "two\nlines\tand a tab" in [caption for entry in entries for caption in entry.captions]

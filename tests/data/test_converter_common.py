@@ -23,3 +23,13 @@ def test_build_parameters_guard_only_folders_with_output(tmp_path, shared_dir):
     with pytest.raises(KitmDataError, match="no .cache/build.json"):
         build_flickr8k(tmp_path / "old", shared_dir / "data" / "flickr8k", limit=3, relevance=(), progress=False)
 
+
+
+def test_a_caption_with_a_nul_byte_is_refused_naming_the_image_and_caption():
+    from kitm.data.converter_common import CaptionRules, control_character
+
+    assert control_character("a tab\tand\r\na line") is None and control_character("x\x7f") == "U+007F (DEL) at " \
+                                                                                               "character 2"
+    with pytest.raises(KitmDataError, match=r"captions.json: image 12, caption 2 holds control character U\+0000 "
+                                            r"\(NUL\) at character 2 \('a\\x00b'\); remove it from the source"):
+        CaptionRules(captions_per_image=2).select("captions.json", "12", [(1, "fine"), (2, "a\x00b")])
