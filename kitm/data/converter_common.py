@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import json
 import os
 import pathlib
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +70,30 @@ def control_character(text: str) -> str | None:
     code = ord(match.group())
     name = {0: " (NUL)", 0x1b: " (ESC)", 0x7f: " (DEL)"}.get(code, "")
     return f"U+{code:04X}{name} at character {match.start() + 1}"
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` is not a readable regular file, in the words a user needs ("is a folder", "is a symbolic link
+    loop"...), or None when it is one. `is_file()` folds all of these into False, and "does not exist" sent users
+    looking for a file that is there."""
+    path = pathlib.Path(path)
+    try:
+        status = path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop (following its links leads back to a link already followed)"
+        if isinstance(error, PermissionError):
+            return "cannot be reached (permission denied on it or a folder above it)"
+        if path.is_symlink():
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        if isinstance(error, FileNotFoundError):
+            return "does not exist"
+        return f"cannot be reached ({error.strerror or error})"
+    if stat.S_ISDIR(status.st_mode):
+        return "is a folder, not an image file"
+    if not stat.S_ISREG(status.st_mode):
+        return "is not a regular file (a pipe, socket or device)"
+    return None
 
 
 def check_policy(name: str, value: str) -> None:
@@ -169,10 +195,13 @@ def drop_missing_images(entries: Sequence[Entry], images_dir: str | os.PathLike,
     images_dir = pathlib.Path(images_dir)
     if not images_dir.is_dir():
         raise KitmDataError(f"Image folder {images_dir} does not exist.")
-    absent = [entry for entry in entries if not (images_dir / entry.location).is_file()]
+    problems = [(entry, file_problem(images_dir / entry.location)) for entry in entries]
+    absent = [entry for entry, problem in problems if problem is not None]
     if absent and missing_images == "stop":
+        first = next(problem for _, problem in problems if problem is not None)
         raise KitmDataError(f"{len(absent)} image(s) named in {origin} are missing under {images_dir}, e.g. "
-                            f"{images_dir / absent[0].location}; pass --missing_images=skip to leave them out.")
+                            f"{images_dir / absent[0].location}, which {first}; pass --missing_images=skip to leave "
+                            "them out.")
     if absent:
         print(f"Skipping {len(absent)} image(s) missing under {images_dir} (first: {absent[0].location}).")
         gone = {id(entry) for entry in absent}

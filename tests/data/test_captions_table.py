@@ -463,3 +463,27 @@ def test_control_characters_in_captions_and_paths_are_refused_naming_the_line(tm
     _write_csv(tmp_path / "t.csv", good[:2] + [(good[2][0], "two\nlines\tand a tab")] + good[3:])
     entries = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[0]
     assert "two\nlines\tand a tab" in [caption for entry in entries for caption in entry.captions]
+
+
+def test_a_row_naming_a_folder_or_a_link_loop_says_what_it_is(tmp_path, capsys):
+    """A row naming a folder or a symlink loop said "does not exist"."""
+    _table(tmp_path, [2] * 4)
+    good = _rows([2] * 4)
+    (tmp_path / "photos" / "album").mkdir()
+    (tmp_path / "photos" / "loop.png").symlink_to(tmp_path / "photos" / "loop.png")
+    (tmp_path / "photos" / "dangling.png").symlink_to(tmp_path / "gone.png")
+    cases = [("photos/album", r"line 3, column 'filepath': image .*album is a folder, not an image file \(1 of the "
+                              r"table's images are missing or not image files\); pass missing_images=skip"),
+             ("photos/loop.png", r"line 3, column 'filepath': image .*loop.png is a symbolic link loop \(following "
+                                 r"its links leads back to a link already followed\)"),
+             ("photos/dangling.png", r"image .*dangling.png is a symbolic link to .*gone.png, which does not exist")]
+    for name, message in cases:
+        _write_csv(tmp_path / "t.csv", good[:1] + [(name, "a caption")] + good[1:])
+        with pytest.raises(KitmDataError, match=message):
+            load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    assert main(["--dataset=captions_table", f"--captions={tmp_path / 't.csv'}", f"--out={tmp_path / 'o'}",
+                 "--quiet"]) == 2
+    assert "dangling.png is a symbolic link to" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    _write_csv(tmp_path / "t.csv", good + [("photos/album", "a"), ("photos/loop.png", "b")])
+    entries, report = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0, missing_images="skip")
+    assert len(entries) == 4 and report["skipped_missing"] == 2

@@ -33,3 +33,13 @@ def test_a_caption_with_a_nul_byte_is_refused_naming_the_image_and_caption():
     with pytest.raises(KitmDataError, match=r"captions.json: image 12, caption 2 holds control character U\+0000 "
                                             r"\(NUL\) at character 2 \('a\\x00b'\); remove it from the source"):
         CaptionRules(captions_per_image=2).select("captions.json", "12", [(1, "fine"), (2, "a\x00b")])
+
+
+def test_file_problem_says_what_a_path_is(tmp_path):
+    from kitm.data.converter_common import file_problem
+
+    (tmp_path / "a.png").write_bytes(b"x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert file_problem(tmp_path / "a.png") is None and file_problem(tmp_path / "b.png") == "does not exist"
+    assert file_problem(tmp_path) == "is a folder, not an image file"
+    assert file_problem(tmp_path / "loop").startswith("is a symbolic link loop")

@@ -13,7 +13,7 @@ from kitm.data.captions_table.checks import identical_across_splits, readable_im
 from kitm.data.captions_table.grouping import TableImage, captions_rule, duplicate_report, group_rows
 from kitm.data.captions_table.reading import _Where, read_table
 from kitm.data.captions_table.splits import table_splits
-from kitm.data.converter_common import Entry, check_policy
+from kitm.data.converter_common import Entry, check_policy, file_problem
 from kitm.errors import KitmDataError, option
 
 
@@ -62,14 +62,17 @@ def load_table_entries(captions: str | os.PathLike, images: str | os.PathLike | 
 
 def _present_images(table_images: Sequence[TableImage], missing_images: str,
                     where: _Where) -> tuple[list[TableImage], int]:
-    """The images whose file exists, and how many do not; a missing one stops the build naming its first row
-    unless `missing_images` is "skip"."""
-    absent = [image for image in table_images if not image.path.is_file()]
+    """The images whose file exists (a regular file), and how many do not; a missing one (or a folder, a link loop:
+    `file_problem` says which) stops the build naming its first row unless `missing_images` is "skip"."""
+    problems = [(image, file_problem(image.path)) for image in table_images]
+    absent = [(image, problem) for image, problem in problems if problem is not None]
     if absent and missing_images == "stop":
-        first = absent[0]
-        raise KitmDataError(f"{where(first.line, 'image')}: image {first.path} does not exist ({len(absent)} of the "
-                            f"table's images are missing); pass {option('missing_images')}=skip to leave them out.")
+        first, problem = absent[0]
+        what = ("missing" if all(problem == "does not exist" for _, problem in absent)
+                else "missing or not image files")
+        raise KitmDataError(f"{where(first.line, 'image')}: image {first.path} {problem} ({len(absent)} of the "
+                            f"table's images are {what}); pass {option('missing_images')}=skip to leave them out.")
     if absent:
-        gone = {id(image) for image in absent}
+        gone = {id(image) for image, _ in absent}
         table_images = [image for image in table_images if id(image) not in gone]
     return table_images, len(absent)
