@@ -289,6 +289,25 @@ def relevance_sources(relevance: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(name for name in ROW_SOURCES if name in names)
 
 
+def _builder_of(out: pathlib.Path) -> str:
+    """What built the dataset or shards in `out` (which has no build parameters), read from its dataset.json: the
+    synthetic world that `python -m kitm.launch` builds on demand (and `build_synthetic` from Python), a dataset of
+    another schema version (an older kitm), or shards of an unfinished build of unknown origin."""
+    try:
+        info = json.loads((out / schema.INFO_FILE).read_text())
+    except (OSError, ValueError):
+        return "shards but no readable dataset.json (an unfinished build by another tool or kitm version)"
+    source = info.get("source") if isinstance(info, dict) else None
+    source = source if isinstance(source, dict) else {}
+    if info.get("schema_version") != schema.SCHEMA_VERSION:
+        return f"a dataset of schema version {info.get('schema_version')} (built by an older kitm)"
+    if source.get("generator") == "kitm.data.synthetic.generate_world":
+        return (f"the synthetic world that python -m kitm.launch builds on demand for --dataset=synthetic "
+                f"({source.get('num_scenes')} scenes, seed {source.get('seed')}; or build_synthetic called from "
+                "Python): the launcher reads it as it is")
+    return f"a dataset ({info.get('name')!r}) built without python -m kitm.data.build (from Python?)"
+
+
 def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
     """Record the build's parameters in `<out>/.cache/build.json`, or check them against a previous build's.
 
@@ -316,8 +335,9 @@ def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
                 f"Use a fresh --out, or resume with the same flags as before (stored in {path}).")
         return
     if has_output and not path.is_file():
-        raise KitmDataError(f"{out} already holds a dataset or shards but no {BUILD_PARAMETERS_FILE} (a build "
-                            "by an older kitm); use a fresh --out, or delete the folder.")
+        raise KitmDataError(f"{out} already holds {_builder_of(out)}, without the {BUILD_PARAMETERS_FILE} a build "
+                            "by python -m kitm.data.build records, so this build cannot tell whether it would mix "
+                            "two datasets. Use a fresh --out, or delete the folder to rebuild it here.")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(wanted, indent=2, sort_keys=True))
 
