@@ -274,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:
         info = run(args)
+    except KeyboardInterrupt:  # Ctrl-C, often inside torch or TensorFlow: their traceback says nothing useful
+        print(f"kitm.data.build: interrupted (Ctrl-C). Nothing half-written is left under a final name in {args.out}; "
+              "its finished shards and relevance caches are kept, and the same command resumes from them.",
+              file=sys.stderr)
+        return 130  # the shell's status for a SIGINT
     except Exception as error:  # re-raised below unless it is one of those named
         # A full disk or a file-size limit, from Python or TensorFlow's writers, named with its file (kitm.files).
         error = (None if isinstance(error, KitmError) else no_room_error(error)) or error

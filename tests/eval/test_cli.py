@@ -448,3 +448,28 @@ def test_truth_relevance_needs_the_synthetic_facts():
     with pytest.raises(ValueError, match="relevance 'truth' needs the synthetic world's facts; dataset 'f8k'"):
         split_relevance(data, "truth")
     assert split_relevance(data, "none") is None
+
+
+def test_sims_that_are_not_a_numpy_file_are_one_line_saying_what_they_are(matrices, tmp_path, capsys):
+    """A text file, a renamed .npz or random bytes as --sims answered with numpy's allow_pickle hint."""
+    _, sims, _ = matrices
+    (tmp_path / "text.npy").write_text("0.1,0.2\n0.3,0.4\n")
+    assert _error([f"--sims={tmp_path / 'text.npy'}"], capsys) == (
+        f"kitm.eval: error: --sims: {tmp_path / 'text.npy'} is text (a matrix as text goes in a .csv or .json file); "
+        "expected a matrix written by numpy.save (a .npy file starts with the bytes \\x93NUMPY), or a .json / .csv "
+        "matrix.")
+    with open(tmp_path / "archive.npy", "wb") as handle:
+        np.savez(handle, sims=sims)
+    assert "archive.npy is a zip archive (numpy.savez writes .npz archives: save the one matrix with numpy.save)" \
+        in _error([f"--sims={tmp_path / 'archive.npy'}"], capsys)
+    (tmp_path / "noise.npy").write_bytes(bytes(range(200, 256)) * 4)
+    assert "noise.npy is not a .npy file; expected a matrix written by numpy.save" in _error(
+        [f"--sims={tmp_path / 'noise.npy'}"], capsys)
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert "objects.npy holds Python objects (an object array), not numbers" in _error(
+        [f"--sims={tmp_path / 'objects.npy'}"], capsys)
+    np.save(tmp_path / "cut.npy", sims)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "cut.npy").read_bytes()[:200])
+    assert "cut.npy is not a whole .npy array (" in _error([f"--sims={tmp_path / 'cut.npy'}"], capsys)
+    for name in ("text.npy", "noise.npy", "objects.npy", "cut.npy"):
+        assert "allow_pickle" not in _error([f"--sims={tmp_path / name}"], capsys)
