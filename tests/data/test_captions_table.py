@@ -430,6 +430,8 @@ def test_identical_images_across_splits_are_reported_as_test_leakage(tmp_path, c
     assert ("Warning: identical images across splits (test leakage): 0 val and 2 test image(s) have byte-identical "
             "copies in another split, 2 group(s) of identical files (photos/im1.png (train, line 3) = "
             f"photos/copy1.png (test, line 22) [sha256 {digest[:12]}]; photos/im2.png (train, line 4) = ") in printed
+    assert ("Note: the test split has 3 image(s): figures over so few vary by several points between splits, and "
+            "NCS@K measures nothing where K reaches every image a caption query ranks (kitm.eval warns)") in printed
     leaks = schema.load_info(tmp_path / "out").source["identical_across_splits"]
     assert leaks["groups"] == 2 and leaks["images"] == {"val": 0, "test": 2}
     assert leaks["examples"][0] == {"sha256": digest, "images": ["photos/im1.png (train, line 3)",

@@ -473,3 +473,32 @@ def test_sims_that_are_not_a_numpy_file_are_one_line_saying_what_they_are(matric
     assert "cut.npy is not a whole .npy array (" in _error([f"--sims={tmp_path / 'cut.npy'}"], capsys)
     for name in ("text.npy", "noise.npy", "objects.npy", "cut.npy"):
         assert "allow_pickle" not in _error([f"--sims={tmp_path / name}"], capsys)
+
+
+def test_a_split_too_small_for_the_figures_asked_is_warned_about(tmp_path, capsys):
+    """A 2-image test split printed NCS 0.00 without a word: a caption query ranks 1 image once its ground truth
+    is removed, so NCS@1 is 0 (relevance 0) or 100 whatever the model."""
+    sims = np.array([[0.9, 0.8, 0.1, 0.2, 0.3, 0.1, 0.0, 0.2, 0.1, 0.3],
+                     [0.1, 0.2, 0.3, 0.0, 0.1, 0.9, 0.7, 0.8, 0.6, 0.5]])
+    relevance = np.zeros((10, 2))
+    relevance[:5, 0] = relevance[5:, 1] = 1.0  # each caption relevant to its own image only
+    np.save(tmp_path / "two.npy", sims)
+    np.save(tmp_path / "two_relevance.npy", relevance)
+    out = tmp_path / "two.json"
+    assert main([f"--sims={tmp_path / 'two.npy'}", f"--relevance_matrix={tmp_path / 'two_relevance.npy'}",
+                 f"--out={out}"]) == 0
+    captured = capsys.readouterr()
+    assert "NCS" in captured.out
+    warnings = json.loads(out.read_text())["warnings"]
+    assert warnings == [
+        "the set scored has 2 image(s) and 10 caption(s): its figures vary by several points from one split to "
+        "another (the benchmarks score 1,000 or 5,000 images); compare runs on 100 images or more (--test_images when "
+        "building).",
+        "NCS@1 (t2i): a caption query ranks 1 image(s) once its ground truth is removed, so K = 1 retrieves them all "
+        "in any order and NCS is 100, or 0 where their relevance is 0, whatever the model: it measures nothing here."]
+    assert captured.err.splitlines() == [f"kitm.eval: warning: {warning}" for warning in warnings]
+    # A set large enough for its cut-offs gets no warning.
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "big.npy", rng.normal(size=(120, 600)))
+    assert main([f"--sims={tmp_path / 'big.npy'}", f"--out={tmp_path / 'big.json'}"]) == 0
+    assert capsys.readouterr().err == "" and "warnings" not in json.loads((tmp_path / "big.json").read_text())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+SMALL_SPLIT = 100  # kitm.eval.cli.SMALL_SET_IMAGES: fewer images than this give figures that vary by several points
+
 
 def print_report(report: dict[str, Any]) -> None:
     """The build's summary of the rules: what was read, chosen, cut, dropped, repeated and how it was split."""
@@ -47,6 +49,12 @@ def print_report(report: dict[str, Any]) -> None:
     how = (f"from column {split['column']!r}" if split["rule"] == "column"
            else f"random by image, --split_seed={split['seed']}")
     print(f"Splits ({how}): " + ", ".join(f"{name} {count}" for name, count in split["images"].items()) + ".")
+    small = {name: count for name, count in split["images"].items() if name != "train" and 0 < count < SMALL_SPLIT}
+    if small:
+        print("Note: " + " and ".join(f"the {name} split has {count} image(s)" for name, count in small.items())
+              + f": figures over so few vary by several points between splits, and NCS@K measures nothing where K "
+              f"reaches every image a caption query ranks (kitm.eval warns); for figures to compare, give "
+              f"--val_images / --test_images of {SMALL_SPLIT} or more.")
     leaks = report.get("identical_across_splits") or {"groups": 0}
     if leaks["groups"]:
         shown = "; ".join(" = ".join(group["images"]) + f" [sha256 {group['sha256'][:12]}]"
