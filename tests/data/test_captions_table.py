@@ -322,7 +322,8 @@ def test_a_truncated_jpeg_is_refused_before_anything_is_written_or_skipped_and_l
     error = capsys.readouterr().err
     assert (f"kitm.data.build: error: {table}, line 5, column 'filepath': image {tmp_path / 'photos' / 'im3.png'} "
             "does not decode: it is cut short (") in error
-    assert ("; an interrupted copy or download?) (2 of the table's 8 images do not decode; rows 5, 8). Replace the file or remove its rows, or pass --missing_images=skip") in error
+    assert ("; an interrupted copy or download?) (2 of the table's 8 images do not decode; rows 5, 8). Replace the "
+            "file or remove its rows, or pass --missing_images=skip") in error
     assert not (tmp_path / "out").exists()
     assert main(flags + ["--missing_images=skip"]) == 0
     printed = capsys.readouterr().out

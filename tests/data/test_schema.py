@@ -28,7 +28,6 @@ def test_a_caption_table_given_as_the_dataset_gets_the_build_command(tmp_path):
     assert schema.file_given_as_dataset(tmp_path) is None
 
     # Through the launcher's configuration, naming the setting.
-    from kitm.errors import render_options
     from kitm.experiment import experiment_config
     from kitm.experiment.datasets import ensure_dataset
 
