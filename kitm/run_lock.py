@@ -75,6 +75,16 @@ def _open_locked(lock: pathlib.Path, run_dir: pathlib.Path) -> int:
         os.close(fd)
 
 
+def _not_writable(run_dir: pathlib.Path, error: OSError) -> KitmConfigError:
+    """The one line for a run folder this process cannot write (it was a raw PermissionError on run.lock)."""
+    cause = ("it is on a read-only file system" if error.errno == errno.EROFS
+             else f"permission denied on {error.filename or run_dir}")
+    return KitmConfigError(
+        f"{run_dir} cannot be written ({cause}): a run writes its lock, backup, checkpoints, logs and export there, "
+        f"so it stops before training. Give a {option('run_dir')} you can write, or make this one writable "
+        f"(chmod -R u+w {run_dir}); to score a finished run in it: python -m kitm.eval --run_dir={run_dir}.")
+
+
 def _command_line() -> list[str]:
     """This process's command line as typed (`python -m kitm.launch --flagfile=...`), the interpreter by its name."""
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
@@ -88,9 +98,14 @@ def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[pathlib.Path]:
     The lock file records this process (pid, host, UTC start time, command line); on leaving the block it is
     removed (while still held, so no other process can take a file that is about to disappear)."""
     run_dir = pathlib.Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     lock = run_dir / LOCK_FILE
-    fd = _open_locked(lock, run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = _open_locked(lock, run_dir)
+    except OSError as error:
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise _not_writable(run_dir, error) from None
     try:
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         details = {"pid": os.getpid(), "host": socket.gethostname(), "started": started,

@@ -3,6 +3,7 @@ start time); a SIGKILLed holder leaves no stale lock; `run` is refused before it
 
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -80,3 +81,41 @@ def test_a_run_holding_its_folder_removes_every_unfinished_export_and_then_its_l
     with pytest.raises(KitmError):  # the missing records stop the run after it took the folder
         run(config)
     assert not stale.exists() and not (run_dir / LOCK_FILE).exists()
+
+
+def test_a_run_folder_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypatch):
+    """A read-only run folder was a raw PermissionError on run.lock."""
+    import errno
+
+    from kitm import run_lock
+    from kitm.errors import KitmConfigError
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{}")
+    real_open = os.open
+
+    def refusing_open(path, *args, **kwargs):  # as for a folder without write permission (tests may run as root)
+        if str(path).endswith(LOCK_FILE):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(run_lock.os, "open", refusing_open)
+    with pytest.raises(KitmConfigError) as error:
+        with hold_run_dir(run_dir):
+            pass
+    assert error.value.for_flags() == (
+        f"{run_dir} cannot be written (permission denied on {run_dir / LOCK_FILE}): a run writes its lock, backup, "
+        "checkpoints, logs and export there, so it stops before training. Give a --run_dir you can write, or make "
+        f"this one writable (chmod -R u+w {run_dir}); to score a finished run in it: python -m kitm.eval "
+        f"--run_dir={run_dir}.")
+    monkeypatch.setattr(run_lock.os, "open", real_open)
+    assert sorted(path.name for path in run_dir.iterdir()) == ["summary.json"]
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", read_only)
+    with pytest.raises(KitmConfigError, match=r"new cannot be written \(it is on a read-only file system\)"):
+        with hold_run_dir(tmp_path / "new"):
+            pass

@@ -95,7 +95,9 @@ def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--limit", type=int, default=None,
                         help="only the first N images of each split (quick builds and tests)")
     common.add_argument("--missing_images", choices=("stop", "skip"), default="stop",
-                        help="an image named by the source but absent on disk: stop, or skip it and count it")
+                        help="an image named by the source but absent on disk (captions_table: or not a file, or "
+                             "one that does not decode): stop naming it, or skip it and count it (captions_table: "
+                             "and list it)")
     common.add_argument("--empty_captions", choices=("stop", "skip"), default="stop",
                         help="an empty caption: stop naming it, or drop it and count it (the image then needs "
                              "five other captions, see --few_captions)")
@@ -272,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # kitm never downloads a sentence model
     try:
         info = run(args)
+    except KeyboardInterrupt:  # Ctrl-C, often inside torch or TensorFlow: their traceback says nothing useful
+        print(f"kitm.data.build: interrupted (Ctrl-C). Nothing half-written is left under a final name in {args.out}; "
+              "its finished shards and relevance caches are kept, and the same command resumes from them.",
+              file=sys.stderr)
+        return 130  # the shell's status for a SIGINT
     except Exception as error:  # re-raised below unless it is one of those named
         # A full disk or a file-size limit, from Python or TensorFlow's writers, named with its file (kitm.files).
         error = (None if isinstance(error, KitmError) else no_room_error(error)) or error

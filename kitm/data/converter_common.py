@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import json
 import os
 import pathlib
+import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +53,47 @@ class Entry:
     split: str
     captions: list[str]
     location: Any = None
+
+
+# Control characters a caption cannot mean (C0 but tab, line feed and carriage return, which a quoted multi-line
+# caption holds; DEL; C1): a NUL comes from a file saved as UTF-16 or a binary field pasted in, and would be stored
+# and tokenized silently.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of `text` a caption or path cannot hold, named with its position
+    ("U+0000 at character 12"), or None."""
+    match = _CONTROL.search(text)
+    if match is None:
+        return None
+    code = ord(match.group())
+    name = {0: " (NUL)", 0x1b: " (ESC)", 0x7f: " (DEL)"}.get(code, "")
+    return f"U+{code:04X}{name} at character {match.start() + 1}"
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` is not a readable regular file, in the words a user needs ("is a folder", "is a symbolic link
+    loop"...), or None when it is one. `is_file()` folds all of these into False, and "does not exist" sent users
+    looking for a file that is there."""
+    path = pathlib.Path(path)
+    try:
+        status = path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop (following its links leads back to a link already followed)"
+        if isinstance(error, PermissionError):
+            return "cannot be reached (permission denied on it or a folder above it)"
+        if path.is_symlink():
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        if isinstance(error, FileNotFoundError):
+            return "does not exist"
+        return f"cannot be reached ({error.strerror or error})"
+    if stat.S_ISDIR(status.st_mode):
+        return "is a folder, not an image file"
+    if not stat.S_ISREG(status.st_mode):
+        return "is not a regular file (a pipe, socket or device)"
+    return None
 
 
 def check_policy(name: str, value: str) -> None:
@@ -88,6 +132,11 @@ class CaptionRules:
             if not isinstance(caption, str):
                 raise KitmDataError(f"{origin}: image {key}, caption {number} is not text ({caption!r}).")
             caption = caption.strip()
+            control = control_character(caption)
+            if control is not None:
+                raise KitmDataError(f"{origin}: image {key}, caption {number} holds control character {control} "
+                                    f"({caption[:60]!r}); remove it from the source (a NUL often means a file saved "
+                                    "as UTF-16, or binary data pasted in).")
             if not caption:
                 if self.empty == "stop":
                     raise KitmDataError(f"{origin}: image {key}, caption {number} is empty ({caption!r}); pass "
@@ -146,10 +195,13 @@ def drop_missing_images(entries: Sequence[Entry], images_dir: str | os.PathLike,
     images_dir = pathlib.Path(images_dir)
     if not images_dir.is_dir():
         raise KitmDataError(f"Image folder {images_dir} does not exist.")
-    absent = [entry for entry in entries if not (images_dir / entry.location).is_file()]
+    problems = [(entry, file_problem(images_dir / entry.location)) for entry in entries]
+    absent = [entry for entry, problem in problems if problem is not None]
     if absent and missing_images == "stop":
+        first = next(problem for _, problem in problems if problem is not None)
         raise KitmDataError(f"{len(absent)} image(s) named in {origin} are missing under {images_dir}, e.g. "
-                            f"{images_dir / absent[0].location}; pass --missing_images=skip to leave them out.")
+                            f"{images_dir / absent[0].location}, which {first}; pass --missing_images=skip to leave "
+                            "them out.")
     if absent:
         print(f"Skipping {len(absent)} image(s) missing under {images_dir} (first: {absent[0].location}).")
         gone = {id(entry) for entry in absent}
@@ -237,6 +289,25 @@ def relevance_sources(relevance: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(name for name in ROW_SOURCES if name in names)
 
 
+def _builder_of(out: pathlib.Path) -> str:
+    """What built the dataset or shards in `out` (which has no build parameters), read from its dataset.json: the
+    synthetic world that `python -m kitm.launch` builds on demand (and `build_synthetic` from Python), a dataset of
+    another schema version (an older kitm), or shards of an unfinished build of unknown origin."""
+    try:
+        info = json.loads((out / schema.INFO_FILE).read_text())
+    except (OSError, ValueError):
+        return "shards but no readable dataset.json (an unfinished build by another tool or kitm version)"
+    source = info.get("source") if isinstance(info, dict) else None
+    source = source if isinstance(source, dict) else {}
+    if info.get("schema_version") != schema.SCHEMA_VERSION:
+        return f"a dataset of schema version {info.get('schema_version')} (built by an older kitm)"
+    if source.get("generator") == "kitm.data.synthetic.generate_world":
+        return (f"the synthetic world that python -m kitm.launch builds on demand for --dataset=synthetic "
+                f"({source.get('num_scenes')} scenes, seed {source.get('seed')}; or build_synthetic called from "
+                "Python): the launcher reads it as it is")
+    return f"a dataset ({info.get('name')!r}) built without python -m kitm.data.build (from Python?)"
+
+
 def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
     """Record the build's parameters in `<out>/.cache/build.json`, or check them against a previous build's.
 
@@ -264,8 +335,9 @@ def claim_output(out: str | os.PathLike, parameters: Mapping[str, Any]) -> None:
                 f"Use a fresh --out, or resume with the same flags as before (stored in {path}).")
         return
     if has_output and not path.is_file():
-        raise KitmDataError(f"{out} already holds a dataset or shards but no {BUILD_PARAMETERS_FILE} (a build "
-                            "by an older kitm); use a fresh --out, or delete the folder.")
+        raise KitmDataError(f"{out} already holds {_builder_of(out)}, without the {BUILD_PARAMETERS_FILE} a build "
+                            "by python -m kitm.data.build records, so this build cannot tell whether it would mix "
+                            "two datasets. Use a fresh --out, or delete the folder to rebuild it here.")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(wanted, indent=2, sort_keys=True))
 

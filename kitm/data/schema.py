@@ -77,9 +77,39 @@ def save_info(root: str | os.PathLike, info: DatasetInfo) -> None:
     write_text_atomically(pathlib.Path(root) / INFO_FILE, info.to_json())
 
 
+def file_given_as_dataset(path: str | os.PathLike) -> str | None:
+    """The message for a file given where a dataset folder is expected (None when `path` is no file): a caption
+    table or a Karpathy split JSON gets the build command that turns it into a dataset, a dataset.json its folder.
+    Saying only "dataset.json is missing" led users to pass the table as the build's --out, which then fails."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        return None
+    if path.name == INFO_FILE:
+        return (f"{path} is a dataset's {INFO_FILE}, not its folder: give the folder that holds it, "
+                f"{path.parent}.")
+    out = pathlib.Path("tfrecords") / path.stem
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv", ".jsonl", ".ndjson"):
+        build = (f"python -m kitm.data.build --dataset=captions_table --captions={path} --out={out}  (add "
+                 "--images=<folder> when its image paths are relative to another folder than the table's)")
+        what = "a caption table"
+    elif suffix == ".json":
+        build = (f"python -m kitm.data.build --dataset=karpathy --karpathy_json={path} --images=<image folder> "
+                 f"--out={out}")
+        what = "a JSON file (a Karpathy split JSON?)"
+    else:
+        return (f"{path} is a file, not a dataset folder: kitm reads the folder that python -m kitm.data.build "
+                f"writes ({INFO_FILE} and its shards).")
+    return (f"{path} is {what}, not a dataset folder: kitm reads the folder that python -m kitm.data.build writes "
+            f"({INFO_FILE} and its shards). Build it first:\n  {build}\nthen give {out} as the dataset folder.")
+
+
 def load_info(root: str | os.PathLike) -> DatasetInfo:
     """Read and check `dataset.json`: present, parseable, this schema version, shards present and whole."""
     root = pathlib.Path(root)
+    given_a_file = file_given_as_dataset(root)
+    if given_a_file is not None:
+        raise KitmDataError(given_a_file)
     path = root / INFO_FILE
     if not path.is_file():
         raise KitmDataError(f"No dataset at {root}: {path} is missing (an unfinished or absent build).")

@@ -43,10 +43,7 @@ def load_matrix(path: str | os.PathLike, name: str) -> np.ndarray:
         raise FileNotFoundError(f"{name}: no file at {path}.")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        try:
-            matrix = np.load(path, allow_pickle=False)
-        except ValueError as error:  # pickled object arrays, truncated files
-            raise ValueError(f"{name}: {path} is not a plain numeric .npy array ({error}).") from None
+        matrix = _load_npy(path, name)
     elif suffix == ".json":
         matrix = _load_json_matrix(path, name)
     elif suffix == ".csv":
@@ -61,6 +58,36 @@ def load_matrix(path: str | os.PathLike, name: str) -> np.ndarray:
     if not (np.issubdtype(matrix.dtype, np.floating) or np.issubdtype(matrix.dtype, np.integer)):
         raise ValueError(f"{name}: {path} holds dtype {matrix.dtype}; expected numbers.")
     return matrix
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _load_npy(path: pathlib.Path, name: str) -> np.ndarray:
+    """A .npy file's array. numpy takes any file without its header for a pickle and answers with its allow_pickle
+    hint, which is wrong for a text file or an .npz renamed: the header is checked here first, and each case named."""
+    with open(path, "rb") as handle:
+        head = handle.read(len(NPY_MAGIC))
+    if head != NPY_MAGIC:
+        if head.startswith(b"PK"):
+            what = "a zip archive (numpy.savez writes .npz archives: save the one matrix with numpy.save)"
+        elif not head:
+            what = "empty"
+        elif all(32 <= byte < 127 or byte in (9, 10, 13) for byte in head):
+            what = "text (a matrix as text goes in a .csv or .json file)"
+        else:
+            what = "not a .npy file"
+        raise ValueError(f"{name}: {path} is {what}; expected a matrix written by numpy.save (a .npy file starts "
+                         "with the bytes \\x93NUMPY), or a .json / .csv matrix.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as error:
+        if "pickle" in str(error):
+            raise ValueError(f"{name}: {path} holds Python objects (an object array), not numbers; save a numeric "
+                             "matrix, e.g. numpy.save(path, sims.astype('float32')).") from None
+        raise ValueError(f"{name}: {path} is not a whole .npy array ({error}); write it again.") from None
+    except (EOFError, OSError) as error:  # cut short
+        raise ValueError(f"{name}: {path} is not a whole .npy array ({error}); write it again.") from None
 
 
 def _load_json_matrix(path: pathlib.Path, name: str) -> np.ndarray:

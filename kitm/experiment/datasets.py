@@ -104,6 +104,8 @@ def ensure_dataset(config: ExperimentConfig):
 
     directory = data_dir(config)
     data = config.data
+    if schema.file_given_as_dataset(directory) is not None:  # the table itself, say: the build command for it
+        raise KitmConfigError(f"{option('data_dir')}={directory}: {schema.file_given_as_dataset(directory)}")
     if not (directory / schema.INFO_FILE).is_file():
         if data.dataset == "synthetic" and config.training.strategy == "multi_worker":
             raise KitmConfigError(

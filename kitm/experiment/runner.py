@@ -33,6 +33,14 @@ from kitm.experiment.objectives import total_epochs, uses_center_phases
 from kitm.experiment.training_run import SUMMARY_FILE, train_evaluate_export
 from kitm.files import no_room_error
 from kitm.run_lock import hold_run_dir
+from kitm.training.fault_tolerance import claim_backup
+
+# The settings a killed run may be started again with other values of: where it is and its data are (moved
+# folders), how it reports, evaluates, exports and spreads its work; none changes the weights it trains.
+RESUMABLE_CHANGES = frozenset({
+    "run_dir", "data_dir", "progress", "backup_every_steps", "eval_every_epochs", "eval_images", "eval_relevance",
+    "export", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
+    "cpu_devices", "strategy", "jit_compile", "deterministic_ops"})
 
 
 def run_dir_of(config: ExperimentConfig) -> pathlib.Path:
@@ -82,6 +90,7 @@ def run(config: ExperimentConfig) -> dict:
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
+            claim_backup(run_dir / "backup", config.settings(), RESUMABLE_CHANGES)  # the same run, or none
             remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
         try:
             return _run_in(config, run_dir, strategy, started)

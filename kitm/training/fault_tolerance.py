@@ -16,6 +16,11 @@ so a kill during a backup leaves the previous backup whole. A step or epoch whos
 is never backed up (nor checkpointed: `kitm.callbacks.checkpoint`), so a restart after
 `TerminateOnNaN` resumes from the last good state. On a multi-worker non-chief, `write_dir` is its
 temporary directory, while restoring reads the chief's `backup_dir` (`kitm.training.distribution`).
+
+A backup resumes only the run that made it: `claim_backup` records the run's settings beside the backup
+(`<backup>/run_settings.json`) when a run starts without one, and refuses to resume a backup made under other
+settings that change the run (a changed batch size moves the restored step into another schedule; a changed loss
+has other variables, which Keras met with a raw traceback), naming each changed setting.
 """
 
 from __future__ import annotations
@@ -24,14 +29,64 @@ import json
 import os
 import pathlib
 import shutil
+from collections.abc import Collection, Mapping
 
 import keras
 
 from kitm.callbacks.checkpoint import finite_loss
+from kitm.errors import KitmConfigError, option
 from kitm.files import atomic_path, write_text_atomically
 
 WEIGHTS = "latest.weights.h5"
 METADATA = "training_metadata.json"
+SETTINGS = "run_settings.json"
+
+
+def claim_backup(backup_dir: str | os.PathLike, settings: Mapping[str, object],
+                 ignored: Collection[str] = ()) -> None:
+    """Record `settings` beside the backup in `backup_dir`, or, when a backup is there to resume, check that it was
+    made under the same settings (those in `ignored` aside: the ones that do not change what is trained, as the
+    output folder or progress bars) and stop naming each one that changed (module docstring)."""
+    backup_dir = pathlib.Path(backup_dir)
+    path = backup_dir / SETTINGS
+    wanted = json.loads(json.dumps(dict(settings), sort_keys=True, default=str))
+    if (backup_dir / WEIGHTS).is_file() and path.is_file():
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, ValueError):
+            recorded = None
+        if isinstance(recorded, dict):
+            changed = sorted(name for name in set(recorded) | set(wanted)
+                             if name not in ignored and recorded.get(name) != wanted.get(name))
+            if changed:
+                step = _backed_up_step(backup_dir)
+                details = "; ".join(f"{option(name)}: before {_shown(recorded.get(name))}, now "
+                                    f"{_shown(wanted.get(name))}" for name in changed)
+                run_dir = backup_dir.parent
+                raise KitmConfigError(
+                    f"{run_dir} holds an unfinished run (its backup{step}) made with other settings: {details}. "
+                    "Resuming it under these would continue its weights and optimizer state in another run (a "
+                    "changed batch size moves its step into another schedule; a changed loss has other "
+                    f"variables). Start it again with the settings it was made with (recorded in {path}) to "
+                    f"resume it, give a new {option('run_dir')} to train this configuration, or delete "
+                    f"{backup_dir} to start over in {run_dir}.")
+            return
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, json.dumps(wanted, indent=2, sort_keys=True))
+
+
+def _backed_up_step(backup_dir: pathlib.Path) -> str:
+    try:
+        step = json.loads((backup_dir / METADATA).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        step = None
+    return f" at step {step}" if isinstance(step, int) else ""
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(none)"
+    return "(unset)" if value is None else str(value)
 
 
 def backup_save_freq(every_steps: int):

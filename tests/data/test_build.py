@@ -112,3 +112,30 @@ def test_synthetic_build_refuses_bad_split_and_world_settings(tmp_path, capsys, 
                  *flags])
     assert code == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_ctrl_c_during_a_build_is_one_line_and_leaves_only_whole_shards(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a build printed a torch (or TensorFlow) traceback."""
+    import kitm.data.synthetic_records as synthetic_records
+
+    out = tmp_path / "world"
+    flags = ["--dataset=synthetic", f"--out={out}", "--num_scenes=20", "--image_size=32", "--relevance=none",
+             "--num_shards=4", "--quiet"]
+    calls, real = [0], synthetic_records.make_example
+
+    def interrupted(**kwargs):  # Ctrl-C at the 7th record: the first of 4 training shards (4 records each) is whole
+        calls[0] += 1
+        if calls[0] == 7:
+            raise KeyboardInterrupt
+        return real(**kwargs)
+
+    monkeypatch.setattr(synthetic_records, "make_example", interrupted)
+    assert main(flags) == 130
+    captured = capsys.readouterr()
+    assert captured.err == (f"kitm.data.build: interrupted (Ctrl-C). Nothing half-written is left under a final name "
+                            f"in {out}; its finished shards and relevance caches are kept, and the same command "
+                            "resumes from them.\n")
+    assert not (out / schema.INFO_FILE).exists() and not list(out.glob("*.tmp"))
+    assert sorted(path.name for path in out.glob("*.tfrecord")) == ["train-00000-of-00004.tfrecord"]
+    monkeypatch.undo()
+    assert main(flags) == 0 and schema.load_info(out).num_images("train") == 16

@@ -291,13 +291,47 @@ def test_an_image_that_does_not_decode_is_named_by_its_row(tmp_path):
     with pytest.raises(KitmDataError, match=r"table.csv, line 6, column 'filepath': image .*im4.png does not decode"):
         build_captions_table(tmp_path / "out", table, val_images=0, test_images=0, num_shards=3, relevance=(),
                              progress=False)
-    assert (tmp_path / "out" / "train-00000-of-00003.tfrecord").is_file()  # the shards before it are kept
+    assert not (tmp_path / "out").exists()  # every image is decoded before anything is written
     from PIL import Image
 
     Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "photos" / "im4.png", format="TIFF")
     with pytest.raises(KitmDataError, match=r"line 6, column 'filepath': image .*im4.png is TIFF; TensorFlow decodes "
                                             r"JPEG, PNG, GIF, BMP and WebP"):
         build_captions_table(tmp_path / "out2", table, val_images=0, test_images=0, relevance=(), progress=False)
+
+
+def _truncated_jpeg(path, seed):
+    """A JPEG cut in half: PIL's `verify` (headers only) passes it, TensorFlow's decoder fails on it."""
+    from PIL import Image
+    import io
+
+    pixels = np.random.default_rng(seed).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    data = io.BytesIO()
+    Image.fromarray(pixels).save(data, format="JPEG")
+    path.write_bytes(data.getvalue()[:len(data.getvalue()) // 2])
+
+
+def test_a_truncated_jpeg_is_refused_before_anything_is_written_or_skipped_and_listed(tmp_path, capsys):
+    """A truncated JPEG was accepted by the build (PIL's verify reads headers only) and killed training in epoch 2."""
+    table = _table(tmp_path, [2] * 8)
+    _truncated_jpeg(tmp_path / "photos" / "im3.png", 3)  # the name does not matter: the bytes are a JPEG
+    _truncated_jpeg(tmp_path / "photos" / "im6.png", 6)
+    flags = ["--dataset=captions_table", f"--captions={table}", f"--out={tmp_path / 'out'}", "--relevance=none",
+             "--val_images=0", "--test_images=0", "--quiet"]
+    assert main(flags) == 2
+    error = capsys.readouterr().err
+    assert (f"kitm.data.build: error: {table}, line 5, column 'filepath': image {tmp_path / 'photos' / 'im3.png'} "
+            "does not decode: it is cut short (") in error
+    assert ("; an interrupted copy or download?) (2 of the table's 8 images do not decode; rows 5, 8). Replace the "
+            "file or remove its rows, or pass --missing_images=skip") in error
+    assert not (tmp_path / "out").exists()
+    assert main(flags + ["--missing_images=skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "Left out 2 image(s) that do not decode (--missing_images=skip): line 5: " in printed
+    source = schema.load_info(tmp_path / "out").source
+    assert source["skipped_unreadable"] == 2 and [line.split(":")[0] for line in source["unreadable_images"]] == [
+        "line 5", "line 8"]
+    assert schema.load_info(tmp_path / "out").num_images("train") == 6
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -380,3 +414,79 @@ def test_duplicated_rows_are_reported_as_duplicates_with_counts_and_lines(tmp_pa
             "duplicated rows") in printed
     _write_csv(tmp_path / "t.csv", rows)
     assert load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[1]["duplicates"]["rows"] == 0
+
+
+def test_identical_images_across_splits_are_reported_as_test_leakage(tmp_path, capsys):
+    """3 of 6 test images were byte-identical to training images under other names, without a word."""
+    table = _table(tmp_path, [2] * 10)
+    for i in (1, 2):  # the same bytes as im1, im2 under another name
+        (tmp_path / "photos" / f"copy{i}.png").write_bytes((tmp_path / "photos" / f"im{i}.png").read_bytes())
+    rows = ([(image, caption, "test" if image.endswith("im5.png") else "train") for image, caption in _rows([2] * 10)]
+            + [(f"photos/copy{i}.png", f"a copy {i} {k}", "test") for k in range(2) for i in (1, 2)])
+    _write_csv(table, rows, header=("filepath", "title", "split"))  # lines 22, 23: copy1, copy2
+    flags = ["--dataset=captions_table", f"--captions={table}", "--split_column=split", "--relevance=none", "--quiet"]
+    assert main(flags + [f"--out={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    digest = __import__("hashlib").sha256((tmp_path / "photos" / "im1.png").read_bytes()).hexdigest()
+    assert ("Warning: identical images across splits (test leakage): 0 val and 2 test image(s) have byte-identical "
+            "copies in another split, 2 group(s) of identical files (photos/im1.png (train, line 3) = "
+            f"photos/copy1.png (test, line 22) [sha256 {digest[:12]}]; photos/im2.png (train, line 4) = ") in printed
+    assert ("Note: the test split has 3 image(s): figures over so few vary by several points between splits, and "
+            "NCS@K measures nothing where K reaches every image a caption query ranks (kitm.eval warns)") in printed
+    leaks = schema.load_info(tmp_path / "out").source["identical_across_splits"]
+    assert leaks["groups"] == 2 and leaks["images"] == {"val": 0, "test": 2}
+    assert leaks["examples"][0] == {"sha256": digest, "images": ["photos/im1.png (train, line 3)",
+                                                                 "photos/copy1.png (test, line 22)"]}
+    # Identical files within one split are no leakage.
+    _write_csv(table, [(image, caption, "train") for image, caption, _ in rows], header=("filepath", "title", "split"))
+    assert load_table_entries(table, split_column="split")[1]["identical_across_splits"]["groups"] == 0
+
+
+def test_control_characters_in_captions_and_paths_are_refused_naming_the_line(tmp_path, capsys):
+    """NUL bytes in captions were stored silently."""
+    _table(tmp_path, [2] * 4)
+    good = _rows([2] * 4)
+    _write_csv(tmp_path / "t.csv", good[:2] + [(good[2][0], "a red\x00thing")] + good[3:])
+    assert main(["--dataset=captions_table", f"--captions={tmp_path / 't.csv'}", f"--out={tmp_path / 'o'}",
+                 "--quiet"]) == 2
+    assert (f"kitm.data.build: error: {tmp_path / 't.csv'}, line 4, column 'title': the caption holds control "
+            "character U+0000 (NUL) at character 6 ('a red\\x00thing'); remove it from the table (a NUL often "
+            "means a file saved as UTF-16, or binary data pasted into a cell).") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    _write_csv(tmp_path / "t.csv", good[:1] + [("photos/im1\x1b.png", "x")] + good[1:])
+    with pytest.raises(KitmDataError, match=r"t.csv, line 3, column 'filepath': the image path holds control "
+                                            r"character U\+001B \(ESC\) at character 11"):
+        load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    (tmp_path / "j.jsonl").write_text(json.dumps({"filepath": "photos/im0.png", "title": "ok"}) + "\n"
+                                      + json.dumps({"filepath": "photos/im0.png", "title": "bad\u0007"}) + "\n")
+    with pytest.raises(KitmDataError, match=r"j.jsonl, line 2, key 'title': the caption holds control character "
+                                            r"U\+0007 at character 4"):
+        load_table_entries(tmp_path / "j.jsonl", val_images=0, test_images=0)
+    # Tabs and line breaks inside a quoted caption are text, not control characters.
+    _write_csv(tmp_path / "t.csv", good[:2] + [(good[2][0], "two\nlines\tand a tab")] + good[3:])
+    entries = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)[0]
+    assert "two\nlines\tand a tab" in [caption for entry in entries for caption in entry.captions]
+
+
+def test_a_row_naming_a_folder_or_a_link_loop_says_what_it_is(tmp_path, capsys):
+    """A row naming a folder or a symlink loop said "does not exist"."""
+    _table(tmp_path, [2] * 4)
+    good = _rows([2] * 4)
+    (tmp_path / "photos" / "album").mkdir()
+    (tmp_path / "photos" / "loop.png").symlink_to(tmp_path / "photos" / "loop.png")
+    (tmp_path / "photos" / "dangling.png").symlink_to(tmp_path / "gone.png")
+    cases = [("photos/album", r"line 3, column 'filepath': image .*album is a folder, not an image file \(1 of the "
+                              r"table's images are missing or not image files\); pass missing_images=skip"),
+             ("photos/loop.png", r"line 3, column 'filepath': image .*loop.png is a symbolic link loop \(following "
+                                 r"its links leads back to a link already followed\)"),
+             ("photos/dangling.png", r"image .*dangling.png is a symbolic link to .*gone.png, which does not exist")]
+    for name, message in cases:
+        _write_csv(tmp_path / "t.csv", good[:1] + [(name, "a caption")] + good[1:])
+        with pytest.raises(KitmDataError, match=message):
+            load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0)
+    assert main(["--dataset=captions_table", f"--captions={tmp_path / 't.csv'}", f"--out={tmp_path / 'o'}",
+                 "--quiet"]) == 2
+    assert "dangling.png is a symbolic link to" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    _write_csv(tmp_path / "t.csv", good + [("photos/album", "a"), ("photos/loop.png", "b")])
+    entries, report = load_table_entries(tmp_path / "t.csv", val_images=0, test_images=0, missing_images="skip")
+    assert len(entries) == 4 and report["skipped_missing"] == 2

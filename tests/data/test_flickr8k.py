@@ -208,7 +208,7 @@ def test_missing_images_stop_or_are_skipped_and_counted(tmp_path, split_records)
     for name in ["a.png", "b.png", "c.png"]:
         (images / name).write_bytes(encode_png(np.full((5, 7, 3), ord(name[0]), np.uint8)))
     with pytest.raises(KitmDataError, match=r"1 image\(s\) named in .*Flickr8k.token.txt are missing under .*"
-                                            r"gone.png; pass --missing_images=skip"):
+                                            r"gone.png, which does not exist; pass --missing_images=skip"):
         build_flickr8k(tmp_path / "out", folder, images, relevance=(), progress=False)
     info = build_flickr8k(tmp_path / "out", folder, images, missing_images="skip", relevance=(), progress=False)
     assert info.image_mode == "encoded" and info.source["skipped_missing"] == 1

@@ -1,5 +1,6 @@
 """End to end: a launcher run killed with SIGKILL mid-epoch resumes from its last backup and ends with exactly the
-planned number of steps, a final checkpoint and an export."""
+planned number of steps, a final checkpoint and an export; started again with a changed batch size or loss it is
+refused, naming the setting."""
 
 import json
 import os
@@ -39,6 +40,18 @@ def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tin
     assert not (run_dir / "summary.json").exists() and not (run_dir / "export").exists()
     killed_at = json.loads(metadata.read_text())["step"]
     assert killed_at in (5, 10, 15)  # every backup is mid-epoch
+
+    # Started again with settings that change the run: refused, naming each one, and the backup is kept.
+    backup = {path.name: path.read_bytes() for path in (run_dir / "backup").iterdir()}
+    for changed, named in ((["--batch_size=12"], "--batch_size: before 16, now 12"),
+                           (["--loss=infonce"], "--loss: before ")):
+        refused = subprocess.run(_command(tiny_flags, tiny_synthetic, run_dir) + changed, cwd=repo_root, env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+        assert (f"kitm.launch: error: {run_dir} holds an unfinished run (its backup at step {killed_at}) made with "
+                f"other settings: {named}") in refused.stderr, refused.stderr[-3000:]
+        assert f"(recorded in {run_dir / 'backup' / 'run_settings.json'})" in refused.stderr
+        assert {path.name: path.read_bytes() for path in (run_dir / "backup").iterdir()} == backup
 
     result = subprocess.run(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root, env=env, capture_output=True, text=True,
                             timeout=600)

@@ -448,3 +448,57 @@ def test_truth_relevance_needs_the_synthetic_facts():
     with pytest.raises(ValueError, match="relevance 'truth' needs the synthetic world's facts; dataset 'f8k'"):
         split_relevance(data, "truth")
     assert split_relevance(data, "none") is None
+
+
+def test_sims_that_are_not_a_numpy_file_are_one_line_saying_what_they_are(matrices, tmp_path, capsys):
+    """A text file, a renamed .npz or random bytes as --sims answered with numpy's allow_pickle hint."""
+    _, sims, _ = matrices
+    (tmp_path / "text.npy").write_text("0.1,0.2\n0.3,0.4\n")
+    assert _error([f"--sims={tmp_path / 'text.npy'}"], capsys) == (
+        f"kitm.eval: error: --sims: {tmp_path / 'text.npy'} is text (a matrix as text goes in a .csv or .json file); "
+        "expected a matrix written by numpy.save (a .npy file starts with the bytes \\x93NUMPY), or a .json / .csv "
+        "matrix.")
+    with open(tmp_path / "archive.npy", "wb") as handle:
+        np.savez(handle, sims=sims)
+    assert "archive.npy is a zip archive (numpy.savez writes .npz archives: save the one matrix with numpy.save)" \
+        in _error([f"--sims={tmp_path / 'archive.npy'}"], capsys)
+    (tmp_path / "noise.npy").write_bytes(bytes(range(200, 256)) * 4)
+    assert "noise.npy is not a .npy file; expected a matrix written by numpy.save" in _error(
+        [f"--sims={tmp_path / 'noise.npy'}"], capsys)
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert "objects.npy holds Python objects (an object array), not numbers" in _error(
+        [f"--sims={tmp_path / 'objects.npy'}"], capsys)
+    np.save(tmp_path / "cut.npy", sims)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "cut.npy").read_bytes()[:200])
+    assert "cut.npy is not a whole .npy array (" in _error([f"--sims={tmp_path / 'cut.npy'}"], capsys)
+    for name in ("text.npy", "noise.npy", "objects.npy", "cut.npy"):
+        assert "allow_pickle" not in _error([f"--sims={tmp_path / name}"], capsys)
+
+
+def test_a_split_too_small_for_the_figures_asked_is_warned_about(tmp_path, capsys):
+    """A 2-image test split printed NCS 0.00 without a word: a caption query ranks 1 image once its ground truth
+    is removed, so NCS@1 is 0 (relevance 0) or 100 whatever the model."""
+    sims = np.array([[0.9, 0.8, 0.1, 0.2, 0.3, 0.1, 0.0, 0.2, 0.1, 0.3],
+                     [0.1, 0.2, 0.3, 0.0, 0.1, 0.9, 0.7, 0.8, 0.6, 0.5]])
+    relevance = np.zeros((10, 2))
+    relevance[:5, 0] = relevance[5:, 1] = 1.0  # each caption relevant to its own image only
+    np.save(tmp_path / "two.npy", sims)
+    np.save(tmp_path / "two_relevance.npy", relevance)
+    out = tmp_path / "two.json"
+    assert main([f"--sims={tmp_path / 'two.npy'}", f"--relevance_matrix={tmp_path / 'two_relevance.npy'}",
+                 f"--out={out}"]) == 0
+    captured = capsys.readouterr()
+    assert "NCS" in captured.out
+    warnings = json.loads(out.read_text())["warnings"]
+    assert warnings == [
+        "the set scored has 2 image(s) and 10 caption(s): its figures vary by several points from one split to "
+        "another (the benchmarks score 1,000 or 5,000 images); compare runs on 100 images or more (--test_images when "
+        "building).",
+        "NCS@1 (t2i): a caption query ranks 1 image(s) once its ground truth is removed, so K = 1 retrieves them all "
+        "in any order and NCS is 100, or 0 where their relevance is 0, whatever the model: it measures nothing here."]
+    assert captured.err.splitlines() == [f"kitm.eval: warning: {warning}" for warning in warnings]
+    # A set large enough for its cut-offs gets no warning.
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "big.npy", rng.normal(size=(120, 600)))
+    assert main([f"--sims={tmp_path / 'big.npy'}", f"--out={tmp_path / 'big.json'}"]) == 0
+    assert capsys.readouterr().err == "" and "warnings" not in json.loads((tmp_path / "big.json").read_text())

@@ -110,3 +110,31 @@ def test_backup_frequency_flag_values():
         backup_save_freq(-1)
 
 
+
+
+def test_a_backup_resumes_only_under_the_settings_it_was_made_with(tmp_path):
+    """A resume with a changed batch size went on silently; with a changed loss it died in a Keras traceback."""
+    from kitm.errors import KitmConfigError
+    from kitm.training.fault_tolerance import claim_backup
+
+    backup = tmp_path / "run" / "backup"
+    settings = {"batch_size": 16, "loss": ["infonce"], "progress": True, "run_dir": "run"}
+    claim_backup(backup, settings)  # a fresh run: recorded
+    assert json.loads((backup / "run_settings.json").read_text()) == settings
+    claim_backup(backup, {**settings, "batch_size": 8})  # no weights backed up yet: nothing to resume, recorded anew
+    assert json.loads((backup / "run_settings.json").read_text())["batch_size"] == 8
+    claim_backup(backup, settings)
+    (backup / "latest.weights.h5").write_bytes(b"weights")
+    (backup / "training_metadata.json").write_text(json.dumps({"epoch": 1, "batch": 3, "step": 160}))
+    claim_backup(backup, {**settings, "progress": False, "run_dir": "moved"}, ignored={"progress", "run_dir"})
+    with pytest.raises(KitmConfigError) as error:
+        claim_backup(backup, {**settings, "batch_size": 32, "loss": ["infonce", "triplet"]}, ignored={"progress"})
+    assert error.value.for_flags() == (
+        f"{backup.parent} holds an unfinished run (its backup at step 160) made with other settings: --batch_size: "
+        "before 16, now 32; --loss: before infonce, now infonce,triplet. Resuming it under these would continue its "
+        "weights and optimizer state in another run (a changed batch size moves its step into another schedule; a "
+        f"changed loss has other variables). Start it again with the settings it was made with (recorded in "
+        f"{backup / 'run_settings.json'}) to resume it, give a new --run_dir to train this configuration, or delete "
+        f"{backup} to start over in {backup.parent}.")
+    assert json.loads((backup / "run_settings.json").read_text()) == settings  # the record is kept
+    assert (backup / "latest.weights.h5").read_bytes() == b"weights"

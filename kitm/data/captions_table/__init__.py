@@ -21,8 +21,10 @@ Rules, each printed in the build's summary and stored under `source` in dataset.
   `images` (the image folder), or, without `images`, to the table's own folder, so that a table kept beside its
   images builds from any working directory (open_clip opens paths relative to where it runs: give
   ``--images=<that folder>``). An image file that is absent stops the build naming the row, or
-  (``missing_images="skip"``) is left out and counted; one that does not decode, or is in a format TensorFlow does
-  not decode (TIFF, HEIC...), stops the build naming the row when its shard is written.
+  (``missing_images="skip"``) is left out and counted; every image is decoded once before anything is written,
+  and one that does not decode (a JPEG cut short), or is in a format TensorFlow does not decode (TIFF, HEIC...),
+  stops the build naming the row, or (``missing_images="skip"``) is left out and listed. Images whose bytes are
+  identical (SHA-256) but that sit in different splits are reported as test leakage, with counts and names.
 * **captions per image** C (the records hold exactly C per image): ``captions_per_image="auto"`` takes the count
   that the most images have exactly (ties: the smaller count), which changes the fewest images: COCO's five with a
   few sixes and sevens gives 5, a one-caption-per-image web table gives 1. An image with more than C keeps its first

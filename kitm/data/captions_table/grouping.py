@@ -13,7 +13,7 @@ from typing import Any
 
 from kitm.data.captions_table.reading import TableRow, _Where
 from kitm.data.captions_table.splits import SPLIT_VALUES
-from kitm.data.converter_common import check_policy
+from kitm.data.converter_common import check_policy, control_character
 from kitm.errors import KitmDataError, option
 
 FEW_CAPTION_POLICIES = ("skip", "repeat", "stop")
@@ -32,6 +32,7 @@ class TableImage:
     split_line: int = 0
     caption_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # caption -> the line it is first on
     duplicates: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (line, the line it repeats)
+    sha256: str | None = None  # of the file's bytes, once decoded (kitm.data.captions_table.checks)
 
 
 def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,
@@ -45,6 +46,13 @@ def group_rows(rows: Iterator[TableRow], root: pathlib.Path, where: _Where, *,
         image = row.image.strip()
         if not image:
             raise KitmDataError(f"{where(row.line, 'image')}: the image path is empty.")
+        for role, text in (("image", image), ("caption", row.caption)):
+            control = control_character(text)
+            if control is not None:
+                raise KitmDataError(
+                    f"{where(row.line, role)}: the {role if role == 'caption' else 'image path'} holds control "
+                    f"character {control} ({text[:60]!r}); remove it from the table (a NUL often means a file saved "
+                    "as UTF-16, or binary data pasted into a cell).")
         resolved = os.path.normpath(os.path.join(root, image))  # an absolute path stays itself
         entry = images.get(resolved)
         if entry is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+SMALL_SPLIT = 100  # kitm.eval.cli.SMALL_SET_IMAGES: fewer images than this give figures that vary by several points
+
 
 def print_report(report: dict[str, Any]) -> None:
     """The build's summary of the rules: what was read, chosen, cut, dropped, repeated and how it was split."""
@@ -17,6 +19,12 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"Dropped {report['empty_captions_dropped']} empty caption(s) (--empty_captions=skip).")
     if report["skipped_missing"]:
         print(f"Left out {report['skipped_missing']} image(s) missing on disk (--missing_images=skip).")
+    if report.get("skipped_unreadable"):
+        listed = report["unreadable_images"]
+        print(f"Left out {report['skipped_unreadable']} image(s) that do not decode (--missing_images=skip): "
+              + "; ".join(listed[:3]) + ("; ..." if report["skipped_unreadable"] > 3 else "")
+              + (f" (the first {len(listed)} are listed in dataset.json's source.unreadable_images)."
+                 if report["skipped_unreadable"] > 3 else "."))
     duplicates = report.get("duplicates") or {"rows": 0}
     if duplicates["rows"]:
         print(f"{duplicates['rows']} duplicated row(s): they repeat an earlier row's image and caption exactly "
@@ -41,3 +49,19 @@ def print_report(report: dict[str, Any]) -> None:
     how = (f"from column {split['column']!r}" if split["rule"] == "column"
            else f"random by image, --split_seed={split['seed']}")
     print(f"Splits ({how}): " + ", ".join(f"{name} {count}" for name, count in split["images"].items()) + ".")
+    small = {name: count for name, count in split["images"].items() if name != "train" and 0 < count < SMALL_SPLIT}
+    if small:
+        print("Note: " + " and ".join(f"the {name} split has {count} image(s)" for name, count in small.items())
+              + f": figures over so few vary by several points between splits, and NCS@K measures nothing where K "
+              f"reaches every image a caption query ranks (kitm.eval warns); for figures to compare, give "
+              f"--val_images / --test_images of {SMALL_SPLIT} or more.")
+    leaks = report.get("identical_across_splits") or {"groups": 0}
+    if leaks["groups"]:
+        shown = "; ".join(" = ".join(group["images"]) + f" [sha256 {group['sha256'][:12]}]"
+                          for group in leaks["examples"][:3])
+        more = "; ..." if leaks["groups"] > 3 else ""
+        print(f"Warning: identical images across splits (test leakage): {leaks['images']['val']} val and "
+              f"{leaks['images']['test']} test image(s) have byte-identical copies in another split, "
+              f"{leaks['groups']} group(s) of identical files ({shown}{more}); R@K rewards recalling a copy. Remove "
+              "the copies from the table, or put each group in one split (--split_column). The groups (the first 100): "
+              "dataset.json's source.identical_across_splits.")

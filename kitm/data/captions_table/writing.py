@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from PIL import Image, UnidentifiedImageError
 
 from kitm.data import schema
+from kitm.data.captions_table.checks import DECODABLE_FORMATS
 from kitm.data.captions_table.entries import load_table_entries
 from kitm.data.captions_table.reading import _Where
 from kitm.data.captions_table.report import print_report
@@ -18,12 +19,10 @@ from kitm.errors import KitmDataError
 from kitm.relevance.image_features import ImageFiles, ImageNeighborOptions
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, ROW_SOURCES
 
-# PIL's names for the formats tf.io.decode_image reads (MPO: a phone's multi-picture JPEG, decoded as JPEG).
-DECODABLE_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "BMP", "WEBP")
-
 
 def read_table_image(entry: Entry, where: _Where) -> bytes:
-    """The image file's bytes, checked to decode in a format TensorFlow reads; errors name the table row."""
+    """The image file's bytes, checked again (headers only: `load_table_entries` decoded every image) in case the
+    file changed since; errors name the table row."""
     path, line = entry.location
     try:
         with Image.open(path) as image:
@@ -55,7 +54,7 @@ def build_captions_table(out: str | os.PathLike, captions: str | os.PathLike, im
         captions, images, image_column=image_column, caption_column=caption_column, split_column=split_column,
         csv_separator=csv_separator, captions_format=captions_format, captions_per_image=captions_per_image,
         few_captions=few_captions, empty_captions=empty_captions, missing_images=missing_images,
-        val_images=val_images, test_images=test_images, split_seed=split_seed)
+        val_images=val_images, test_images=test_images, split_seed=split_seed, progress=progress)
     print_report(report)
     entries = limit_per_split(entries, limit)
     c = report["caption_rule"]["captions_per_image"]
