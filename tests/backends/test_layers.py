@@ -72,3 +72,15 @@ def test_tensorflow_masked_gru_matches_numpy(backend_results):
             final[row] = h
         key = f"gru/masked/{'reverse' if reverse else 'forward'}/value"
         np.testing.assert_allclose(results[key], (final * readout).sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hub_towers_equal_tensorflow(backend_results, backend):
+    """tests/backend_cases/layers_hub_towers.py: the towers' normalisation and pooling over tiny keras-hub
+    backbones (same tolerance as above)."""
+    pytest.importorskip("keras_hub")
+    reference = backend_results("layers_hub_towers.py", "tensorflow")
+    results = backend_results("layers_hub_towers.py", backend)
+    assert set(results) == set(reference)
+    for name in reference:
+        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-6, err_msg=name)
