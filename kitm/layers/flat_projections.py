@@ -29,7 +29,7 @@ import math
 import types
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 def flat_equation(equation: str) -> tuple[int, int] | None:
@@ -60,13 +60,13 @@ def _flat_call(layer, inputs, training=None):
     if getattr(layer, "quantization_mode", None):
         return type(layer).call(layer, inputs, training=training)
     free_axes, contracted_axes = layer._kitm_flat_axes
-    kernel = tf.convert_to_tensor(layer.kernel)
+    kernel = ops.convert_to_tensor(layer.kernel)
     contracted = math.prod(kernel.shape[:contracted_axes])
-    kept = kernel.shape[contracted_axes:]
-    x = tf.convert_to_tensor(inputs)
-    y = tf.matmul(tf.reshape(x, [-1, contracted]), tf.reshape(kernel, [contracted, math.prod(kept)]))
-    y = tf.reshape(y, tf.concat([tf.shape(x)[:free_axes], tf.constant(list(kept), tf.int32)], axis=0))
-    y = tf.ensure_shape(y, x.shape[:free_axes].concatenate(kept))
+    kept = tuple(kernel.shape[contracted_axes:])
+    x = ops.convert_to_tensor(inputs)
+    y = ops.matmul(ops.reshape(x, (-1, contracted)), ops.reshape(kernel, (contracted, math.prod(kept))))
+    # ops.shape gives the static sizes where known (a dynamic one as a scalar tensor), so the result keeps them.
+    y = ops.reshape(y, tuple(ops.shape(x)[:free_axes]) + kept)
     if layer.bias is not None:
         y = keras.ops.add(y, layer.bias)
     if layer.activation is not None:

@@ -26,7 +26,7 @@ import dataclasses
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from kitm.errors import KitmConfigError, option
 from kitm.layers.flat_projections import flatten_projections
@@ -72,13 +72,13 @@ class HubImageTower(keras.layers.Layer):
         self.built = True  # the backbone is built
 
     def call(self, images, training=False):
-        x = tf.cast(images, self.compute_dtype) * tf.constant(self.scale, self.compute_dtype) + tf.constant(
-            self.offset, self.compute_dtype)
+        x = ops.cast(images, self.compute_dtype) * ops.convert_to_tensor(self.scale, self.compute_dtype) + (
+            ops.convert_to_tensor(self.offset, self.compute_dtype))
         out = self.backbone({"images": x} if self._dict_input else x, training=training)
         if self.pooling == "first_token":
             return out[:, 0, :]
         if self.pooling == "average":
-            return tf.reduce_mean(out, axis=[1, 2])
+            return ops.mean(out, axis=(1, 2))
         return out
 
     def get_config(self):
@@ -117,12 +117,12 @@ class HubTextTower(keras.layers.Layer):
         inputs = {name: tokens[name] for name in self.input_names}
         out = self.backbone(inputs, training=training)
         if self.family == "clip":  # keras-hub's CLIPTextPooler: the end-of-text token has the largest id
-            eos = tf.argmax(tokens["token_ids"], axis=-1, output_type=tf.int32)
-            return tf.gather(out, eos, axis=1, batch_dims=1)
+            eos = ops.cast(ops.argmax(tokens["token_ids"], axis=-1), "int32")
+            return ops.take_along_axis(out, eos[:, None, None], axis=1)[:, 0, :]
         if self.family == "bert":
-            mask = tf.cast(tokens["padding_mask"], out["sequence_output"].dtype)[..., None]
-            total = tf.reduce_sum(out["sequence_output"] * mask, axis=1)
-            return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+            mask = ops.cast(tokens["padding_mask"], out["sequence_output"].dtype)[..., None]
+            total = ops.sum(out["sequence_output"] * mask, axis=1)
+            return total / ops.maximum(ops.sum(mask, axis=1), 1.0)
         return out
 
     def get_config(self):

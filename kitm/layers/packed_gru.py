@@ -19,21 +19,29 @@ A row's final state is its state after its last real token; a row without tokens
 masked row of Keras' GRU does. The two recurrences agree to float rounding (tests/layers/test_packed_gru.py; in
 float32 outputs to about 1e-8, gradients to about 2e-6): the products see the same operands in other groupings,
 so the last bits may differ.
+
+The shrinking state (the first n_t rows at step t) is a data-dependent shape, which TensorFlow's while loop runs
+and JAX's compiled loops cannot; on the other Keras backends `packed_gru` computes the same final states with a
+masked recurrence over every row (`masked_gru`, keras.ops), equal to float rounding, B x T row-steps.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 
-def packed_gru(inputs: tf.Tensor, lengths: tf.Tensor, kernel: tf.Tensor, recurrent_kernel: tf.Tensor,
-               bias: tf.Tensor, reverse: bool = False) -> tf.Tensor:
+def packed_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = False):
     """Final GRU states [B, H] of `inputs` [B, T, E], row b read over its first `lengths[b]` steps.
 
     kernel [E, 3H], recurrent_kernel [H, 3H], bias [2, 3H] (input bias, recurrent bias) as a Keras GRU cell with
     `reset_after=True` holds them. `reverse`: each row read from its last real token back to its first (the backward
     half of a bidirectional GRU).
     """
+    if keras.backend.backend() != "tensorflow":
+        return masked_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse=reverse)
+    import tensorflow as tf  # the packed loop itself is TensorFlow's (module docstring)
+
     inputs = tf.convert_to_tensor(inputs)
     lengths = tf.cast(lengths, tf.int32)
     if reverse:
@@ -69,3 +77,33 @@ def packed_gru(inputs: tf.Tensor, lengths: tf.Tensor, kernel: tf.Tensor, recurre
     _, final = tf.while_loop(lambda t, _: t < last_step, step, (tf.constant(0), initial),
                              shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, recurrent_kernel.shape[0]])))
     return tf.gather(final, tf.math.invert_permutation(order))
+
+
+def masked_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = False):
+    """`packed_gru`'s final states by a masked recurrence in keras.ops: every row runs at every step and keeps
+    its state where the step is past its length, as Keras' masked GRU does. With the padding trailing each row,
+    `reverse` scans from the last step back: a row's state stays zero until its last real token, then reads it
+    back to its first, which is what `packed_gru` reads from the reversed sequence."""
+    inputs = ops.convert_to_tensor(inputs)
+    units = recurrent_kernel.shape[0]
+    steps = inputs.shape[1]
+    lengths = ops.cast(lengths, "int32")
+    # One product for every step's input projection, as in packed_gru.
+    projected = ops.matmul(inputs, kernel) + bias[0]  # [B, T, 3H]
+    running = ops.arange(steps, dtype="int32")[None, :] < lengths[:, None]  # [B, T]
+    recurrent_bias = bias[1]
+
+    def step(state, step_inputs):
+        x, keep = step_inputs
+        x_z, x_r, x_g = ops.split(x, 3, axis=-1)
+        h_z, h_r, h_g = ops.split(ops.matmul(state, recurrent_kernel) + recurrent_bias, 3, axis=-1)
+        z = ops.sigmoid(x_z + h_z)
+        r = ops.sigmoid(x_r + h_r)
+        candidate = ops.tanh(x_g + r * h_g)
+        updated = ops.where(keep[:, None], z * state + (1.0 - z) * candidate, state)
+        return updated, updated
+
+    initial = ops.zeros((ops.shape(inputs)[0], units), dtype=inputs.dtype)
+    final, _ = ops.scan(step, initial, (ops.moveaxis(projected, 1, 0), ops.moveaxis(running, 1, 0)),
+                        reverse=reverse)
+    return final

@@ -4,8 +4,7 @@ reference code (fartashf/vsepp `EncoderText`)."""
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
-from keras import layers
+from keras import layers, ops
 
 from kitm.layers.packed_gru import packed_gru
 
@@ -29,6 +28,10 @@ class GRUTextEncoder(keras.layers.Layer):
     whose caption has ended (`kitm.layers.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead
     of B x the longest, on the same weights, equal to float rounding. Packed assumes the padding (id 0) trails each
     caption, as kitm's tokenizers write it, and is not XLA-compilable either.
+
+    On JAX, whose compiled steps need static shapes, neither trims nor packs: the padding is not trimmed (the same
+    states, a masked step passing the state through) and "packed" runs `packed_gru`'s masked equivalent (equal to
+    float rounding), so the encoder compiles there. On PyTorch trimming applies, "packed" is that masked equivalent.
     """
 
     def __init__(self, vocabulary_size: int, word_dim: int = 300, units: int = 512, bidirectional: bool = True,
@@ -40,7 +43,8 @@ class GRUTextEncoder(keras.layers.Layer):
         if recurrence not in ("masked", "packed"):
             raise ValueError(f"recurrence must be 'masked' or 'packed'; got {recurrence!r}.")
         self.recurrence = recurrence
-        self.supports_jit = not self.trim_padding and recurrence == "masked"
+        on_jax = keras.backend.backend() == "jax"
+        self.supports_jit = on_jax or (not self.trim_padding and recurrence == "masked")
         self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
         if self.bidirectional:
             self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")
@@ -53,11 +57,11 @@ class GRUTextEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, training=False):
-        if self.trim_padding:
+        if self.trim_padding and keras.backend.backend() != "jax":  # a data-dependent width (class docstring)
             token_ids = self._trimmed(token_ids)
         embedded = self.embedding(token_ids)
         if self.recurrence == "packed":
-            return self._packed(embedded, tf.reduce_sum(tf.cast(tf.not_equal(token_ids, 0), tf.int32), axis=1))
+            return self._packed(embedded, ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1))
         mask = self.embedding.compute_mask(token_ids)
         return self.gru(embedded, mask=mask, training=training)
 
@@ -69,17 +73,17 @@ class GRUTextEncoder(keras.layers.Layer):
 
         if not self.bidirectional:
             return final_state(self.gru)
-        return tf.concat([final_state(self.gru.forward_layer),
+        return ops.concatenate([final_state(self.gru.forward_layer),
                           final_state(self.gru.backward_layer, reverse=True)], axis=1)
 
     @staticmethod
     def _trimmed(token_ids):
         """token_ids[:, :w], w the last column holding a real token in any row (at least 1, so an all-padding batch
         still has a time step)."""
-        token_ids = tf.convert_to_tensor(token_ids)
-        positions = tf.range(1, tf.shape(token_ids)[1] + 1, dtype=tf.int32)
-        last = tf.reduce_max(tf.where(tf.not_equal(token_ids, 0), positions[None, :], 0))
-        return token_ids[:, :tf.maximum(last, 1)]
+        token_ids = ops.convert_to_tensor(token_ids)
+        positions = ops.arange(1, ops.shape(token_ids)[1] + 1, dtype="int32")
+        last = ops.max(ops.where(ops.not_equal(token_ids, 0), positions[None, :], 0))
+        return token_ids[:, :ops.maximum(last, 1)]
 
     def get_config(self):
         config = super().get_config()

@@ -34,6 +34,12 @@ pass, so that the second pass recomputes exactly the first's embeddings. Losses 
 the batch (`optimizer_groups`, the semantic centres) cannot be replayed and are refused. Details and figures:
 docs/scale.md, "Gradient caching".
 
+Backends: on TensorFlow the training step is the one above (`train_step`, `compute_gradients`). On JAX and
+PyTorch Keras' own trainer takes the step over `compute_loss` (keras.ops), and the variables that losses hand to the
+model's optimizer are part of the model's `trainable_variables` there (not of its saved weights), so that JAX's
+stateless step updates them. Gradient caching, losses with optimizers of their own (`optimizer_groups`) and global
+negatives (a `tf.distribute` gather) are TensorFlow's only: `compile` refuses them on the other backends.
+
 `compile(monitors=[...])` adds batch statistics that are not losses (e.g.
 `kitm.metrics.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
 on every step and logged like the loss terms.
@@ -44,21 +50,58 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import tensorflow as tf
-from keras import layers
+import numpy as np
+from keras import layers, ops
 
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
 from kitm.losses.global_batch import replica_share
 from kitm.models.reducible_logs import keras_reducible_logs
 
 
-def _at_least_float32(value: tf.Tensor) -> tf.Tensor:
+def _on_tensorflow() -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
+def _at_least_float32(value):
     """float16 and bfloat16 cast to float32; float32 and float64 kept."""
-    return value if value.dtype in (tf.float32, tf.float64) else tf.cast(value, tf.float32)
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    return value if dtype in ("float32", "float64") else ops.cast(value, "float32")
+
+
+def _l2_normalize(x):
+    """x / max(||x||, 1e-6) along the last axis, as tf.math.l2_normalize computes it (epsilon 1e-12 on ||x||^2)."""
+    return x * ops.rsqrt(ops.maximum(ops.sum(ops.square(x), axis=-1, keepdims=True), 1e-12))
+
+
+def _replicas() -> int:
+    """Replicas in sync: the tf.distribute strategy's on TensorFlow; 1 on the other backends (no distribution)."""
+    if not _on_tensorflow():
+        return 1
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+def _reduce(values, reduction):
+    """`kitm.losses.base.reduce_per_row` in keras.ops: the sum, or the mean (0 for no rows), of a [B] vector."""
+    if reduction in (None, "none"):
+        return values
+    if reduction == "sum":
+        return ops.sum(values)
+    if reduction in ("sum_over_batch_size", "mean"):
+        return ops.divide_no_nan(ops.sum(values), ops.cast(ops.size(values), values.dtype))
+    return reduce_per_row(values, reduction)  # raises its error for an unknown reduction
+
+
+def _share(value, reduction, global_negatives=False):
+    """`replica_share` (the division by R for the optimizer's sum over replicas); on one replica the value."""
+    return replica_share(value, reduction, global_negatives) if _replicas() > 1 else value
 
 
 def _add_gradients(a, b):
     """a + b for gradients that may be None or IndexedSlices (an embedding table's rows stay sparse)."""
+    import tensorflow as tf
+
     if a is None or b is None:
         return b if a is None else a
     if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
@@ -95,24 +138,26 @@ class DualEncoder(keras.Model):
     def encode_image(self, images, training=False):
         features = self.image_encoder(images, training=training)
         # float32 before normalising: under mixed precision the similarities and losses stay float32.
-        return tf.math.l2_normalize(_at_least_float32(self.image_projection(features)), axis=-1)
+        return _l2_normalize(_at_least_float32(self.image_projection(features)))
 
     def encode_text(self, token_ids, training=False):
         features = self.text_encoder(token_ids, training=training)
-        return tf.math.l2_normalize(_at_least_float32(self.text_projection(features)), axis=-1)
+        return _l2_normalize(_at_least_float32(self.text_projection(features)))
 
     def call(self, inputs, training=False):
         return {"image": self.encode_image(inputs["image"], training=training),
                 "text": self.encode_text(inputs["tokens"], training=training)}
 
     def build_from_inputs(self, input_spec) -> None:
-        """Create the weights from the pipeline's `x` spec (a dict of `tf.TensorSpec`), before training.
+        """Create the weights from the pipeline's `x` spec (a dict of `tf.TensorSpec`, or of anything with a `shape`
+        and a `dtype`), before training.
 
         Keras' BackupAndRestore and weight loading need built models; one zero-valued example suffices. Entries
         may be nested (a keras-hub text tower's `tokens` is a dict of its backbone's inputs).
         """
-        example = tf.nest.map_structure(lambda spec: tf.zeros([1] + spec.shape.as_list()[1:], spec.dtype),
-                                        dict(input_spec))
+        example = keras.tree.map_structure(
+            lambda spec: np.zeros([1] + list(spec.shape)[1:], keras.backend.standardize_dtype(spec.dtype)),
+            dict(input_spec))
         self(example, training=False)
 
     def compile(self, optimizer="adam", losses: Mapping[str, RetrievalLoss] | None = None,
@@ -141,6 +186,8 @@ class DualEncoder(keras.Model):
                         f"grad_cache_chunk={grad_cache_chunk}: the loss {name!r} ({type(loss).__name__}) trains state "
                         "of its own from each batch (optimizer_groups), which gradient caching cannot replay between "
                         "its two passes; use grad_cache_chunk=0 with it.")
+        if not _on_tensorflow():
+            self._refuse_tensorflow_only(losses, grad_cache_chunk)
         super().compile(optimizer=optimizer, **kwargs)
         self.grad_cache_chunk = int(grad_cache_chunk)
         for loss in losses.values():  # the hardest-negative warm-up counts this optimizer's steps
@@ -159,6 +206,42 @@ class DualEncoder(keras.Model):
         # metrics are reported through the `metrics` property below, never saved with the weights.
         object.__setattr__(self, "term_trackers", trackers)
         object.__setattr__(self, "batch_monitors", list(monitors or ()))
+        # Other backends: the model's optimizer reaches the losses' variables through `trainable_variables`.
+        object.__setattr__(self, "_loss_variables", [] if _on_tensorflow() else
+                           self.loss_variables_for_model_optimizer())
+
+    @staticmethod
+    def _refuse_tensorflow_only(losses, grad_cache_chunk) -> None:
+        """compile on JAX / PyTorch: the training features whose step is TensorFlow's only (module docstring)."""
+        backend = keras.backend.backend()
+        if grad_cache_chunk:
+            raise NotImplementedError(
+                f"grad_cache_chunk={grad_cache_chunk}: gradient caching is implemented on the TensorFlow backend only, "
+                f"not on the {backend} backend; use grad_cache_chunk=0 or KERAS_BACKEND=tensorflow.")
+        for name, loss in losses.items():
+            if getattr(loss, "optimizer_groups", None) is not None:
+                raise NotImplementedError(
+                    f"The loss {name!r} ({type(loss).__name__}) trains variables of its own with optimizers of its "
+                    f"own (optimizer_groups), which DualEncoder supports on the TensorFlow backend only, not on the "
+                    f"{backend} backend; train it with KERAS_BACKEND=tensorflow.")
+            if getattr(loss, "global_negatives", False):
+                raise NotImplementedError(
+                    f"The loss {name!r} ({type(loss).__name__}) has negatives='global', which gathers the replicas' "
+                    f"embeddings with tf.distribute: supported on the TensorFlow backend only, not on the {backend} "
+                    f"backend; use negatives='local'.")
+
+    @property
+    def trainable_weights(self):
+        weights = super().trainable_weights
+        extra = getattr(self, "_loss_variables", None)
+        if not extra or not self.trainable:
+            return weights
+        seen = {id(v) for v in weights}
+        return weights + [v for v in extra if id(v) not in seen]
+
+    @property
+    def trainable_variables(self):
+        return self.trainable_weights
 
     def loss_variables_for_model_optimizer(self) -> list:
         """The trainable variables of the compiled losses that set `uses_model_optimizer` (module docstring)."""
@@ -174,18 +257,20 @@ class DualEncoder(keras.Model):
     def optimizer_variables(self) -> list:
         """What the model's optimizer updates: `trainable_variables` and the losses' variables that ask for it
         (`loss_variables_for_model_optimizer`). Build the optimizer over these, after `compile`."""
-        return list(self.trainable_variables) + self.loss_variables_for_model_optimizer()
+        weights = list(self.trainable_variables)
+        seen = {id(v) for v in weights}  # on JAX / PyTorch the losses' variables are among them already
+        return weights + [v for v in self.loss_variables_for_model_optimizer() if id(v) not in seen]
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
         if not self.loss_functions:
             raise ValueError("DualEncoder has no losses; call compile(losses={...}) first.")
         # float32 also under a mixed-precision policy (float64 under a float64 one)
-        total = tf.constant(0.0, dtype=_at_least_float32(y_pred["image"]).dtype)
+        total = ops.zeros((), dtype=_at_least_float32(y_pred["image"]).dtype)
         coverage = self.term_trackers.get("neighbor_coverage")
         if coverage is not None and isinstance(y, Mapping) and "neighbor_position" in y:
-            coverage.update_state(tf.reduce_mean(tf.cast(y["neighbor_position"] >= 0, tf.float32)))
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            coverage.update_state(ops.mean(ops.cast(ops.greater_equal(y["neighbor_position"], 0), "float32")))
+        replicas = _replicas()
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
             for key in getattr(loss, "monitor_names", ()):
@@ -194,11 +279,11 @@ class DualEncoder(keras.Model):
             global_negatives = getattr(loss, "global_negatives", False)
             for term, values in terms.items():
                 if sample_weight is not None:
-                    values = values * tf.cast(tf.reshape(sample_weight, [-1]), values.dtype)
-                value = tf.cast(reduce_per_row(values, loss.reduction), total.dtype)
+                    values = values * ops.cast(ops.reshape(sample_weight, (-1,)), values.dtype)
+                value = ops.cast(_reduce(values, loss.reduction), total.dtype)
                 # Gradients are summed across replicas: like Keras' own losses each replica's value is divided by
                 # R, except a "sum" loss with global negatives, whose replicas' values add up to the global batch's.
-                share = replica_share(value, loss.reduction, global_negatives)
+                share = _share(value, loss.reduction, global_negatives)
                 # Logged so that the mean over replicas is the global batch's value under global negatives.
                 logged = value * replicas if global_negatives and loss.reduction == "sum" else value
                 self.term_trackers[f"{name}/{term}"].update_state(logged)
@@ -206,16 +291,27 @@ class DualEncoder(keras.Model):
         for monitor in self.batch_monitors:
             monitor.update_state(y, y_pred)
         if self.losses:  # layer regularisers, divided by R like Keras' own losses
-            total = total + scale_for_replicas(tf.add_n([tf.cast(l, total.dtype) for l in self.losses]), "sum")
+            regularisers = ops.sum(ops.stack([ops.cast(l, total.dtype) for l in self.losses]))
+            total = total + (scale_for_replicas(regularisers, "sum") if replicas > 1 else regularisers)
         return total
 
-    def train_step(self, data):
+    def train_step(self, *args):
         """Keras' training step, extended to the variables that losses own (module docstring).
 
         Under a distribution strategy every optimizer all-reduces its gradients across replicas, as the
         model's does. Freezing a loss's layer (`layer.trainable = False`) removes its group; as for any
-        Keras freezing, compile again afterwards.
+        Keras freezing, compile again afterwards. On JAX and PyTorch, Keras' own step (module docstring, "Backends").
         """
+        if not _on_tensorflow():
+            if keras.backend.backend() == "torch":
+                # The losses' variables are no torch module parameters: Keras' step clears the gradients of those
+                # (`Module.zero_grad`) only, so theirs would add up from step to step.
+                for variable in getattr(self, "_loss_variables", ()):
+                    variable.value.grad = None
+            return super().train_step(*args)
+        import tensorflow as tf
+
+        (data,) = args
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         groups, gradients, total, y_pred = self.compute_gradients(x, y, sample_weight)
         for (optimizer, variables), group in zip(groups, gradients):
@@ -228,7 +324,10 @@ class DualEncoder(keras.Model):
 
     def compute_gradients(self, x, y=None, sample_weight=None):
         """This replica's gradients of the training step, before the optimizers sum them over replicas and apply
-        them: (groups [(optimizer, variables)], gradients [one list per group], total loss, y_pred)."""
+        them: (groups [(optimizer, variables)], gradients [one list per group], total loss, y_pred). TensorFlow's
+        step only (module docstring, "Backends")."""
+        import tensorflow as tf
+
         if self.grad_cache_chunk:
             return self._cached_gradients(x, y, sample_weight)
         # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
@@ -281,6 +380,8 @@ class DualEncoder(keras.Model):
     def _cached_gradients(self, x, y, sample_weight):
         """Gradient caching (module docstring): two passes over chunks of `grad_cache_chunk` rows around one loss
         over the whole batch."""
+        import tensorflow as tf
+
         chunk = self.grad_cache_chunk
         rows = tf.nest.flatten(x)[0].shape[0]
         if rows is None:
@@ -346,8 +447,11 @@ class DualEncoder(keras.Model):
         which MultiWorkerMirroredStrategy cannot do for a nested batch like ours (a dict of tensors;
         keras-team/keras#20329): with several workers `fit` would fail before its first step. A model
         built beforehand (`build_from_inputs`) with a built optimizer and no compiled Keras losses or
-        metrics has nothing for that build to create, so the batch is not needed.
+        metrics has nothing for that build to create, so the batch is not needed. (TensorFlow's; the other backends
+        build as Keras does.)
         """
+        if not _on_tensorflow():
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         if self.optimizer is not None and not self.optimizer.built and self.loss_variables_for_model_optimizer():
             # Keras' build would build the optimizer over the model's weights alone; it is built over
             # `optimizer_variables()` instead, once the model is. (Without a strategy Keras builds the model in the

@@ -7,14 +7,19 @@ crops [B, N, H, W, 3] (`kitm.data.pipeline.evaluation_dataset` with `test_crops=
 
 all B * N crops going through the encoder as one batch. Images [B, H, W, 3] (N = 1) or features are
 embedded as before.
+
+The datasets are tf.data's (the input pipeline is TensorFlow's on every backend); the model runs on the Keras
+backend: compiled with tf.function on TensorFlow, called eagerly on the others, each batch handed over as numpy.
 """
 
 from __future__ import annotations
 
 import weakref
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
+
 from kitm.progress import progress_bar as tqdm
 
 # One compiled encoder per model and image rank (4: images, 5: test-time crops, 2: features): evaluation runs
@@ -25,13 +30,14 @@ _ENCODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def encode_images(model, images, training=False):
     """Unit-norm image embeddings [B, D]; crops [B, N, H, W, 3] are averaged (module docstring)."""
-    if images.shape.rank != 5:
+    if len(images.shape) != 5:
         return model.encode_image(images, training=training)
-    shape = tf.shape(images)
-    flat = tf.reshape(images, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
+    shape = ops.shape(images)
+    flat = ops.reshape(images, (-1,) + tuple(shape[2:]))  # [B * N, H, W, 3]
     embeddings = model.encode_image(flat, training=training)  # [B * N, D], crop-major within an image
-    embeddings = tf.reshape(embeddings, [shape[0], shape[1], -1])
-    return tf.math.l2_normalize(tf.reduce_mean(embeddings, axis=1), axis=-1)
+    embeddings = ops.mean(ops.reshape(embeddings, (shape[0], shape[1], -1)), axis=1)
+    # tf.math.l2_normalize's formula (epsilon 1e-12 on the squared norm)
+    return embeddings * ops.rsqrt(ops.maximum(ops.sum(ops.square(embeddings), axis=-1, keepdims=True), 1e-12))
 
 
 def paired_encoder(model, rank: int):
@@ -39,18 +45,21 @@ def paired_encoder(model, rank: int):
     of rank `rank`, one per model and rank, kept across calls (see `_ENCODERS`)."""
     per_rank = _ENCODERS.setdefault(model, {})
     if rank not in per_rank:
-        @tf.function(reduce_retracing=True)
         def encode(images, tokens):
             # tokens: a tensor, or a dict of them (a keras-hub text tower's inputs)
-            flat = tf.nest.map_structure(lambda ids: tf.reshape(ids, [-1, tf.shape(ids)[-1]]), tokens)
+            flat = keras.tree.map_structure(lambda ids: ops.reshape(ids, (-1, ops.shape(ids)[-1])), tokens)
             text = model.encode_text(flat, training=False)
             return encode_images(model, images), text
 
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            encode = tf.function(encode, reduce_retracing=True)
         per_rank[rank] = encode
     return per_rank[rank]
 
 
-def embed_dataset(model, dataset: tf.data.Dataset, *, progress: bool = False, total: int | None = None):
+def embed_dataset(model, dataset, *, progress: bool = False, total: int | None = None):
     """Embed every image and every caption of an `evaluation_dataset`.
 
     Returns (image_embeddings [N, D], text_embeddings [N * C, D], image_index [N]); caption j of image i
@@ -58,12 +67,15 @@ def embed_dataset(model, dataset: tf.data.Dataset, *, progress: bool = False, to
     """
     images, texts, indices = [], [], []
     bar = tqdm(total=total, desc="embedding", unit="image", disable=not progress, leave=False)
+    on_tensorflow = keras.backend.backend() == "tensorflow"
     for batch in dataset:
-        encode = paired_encoder(model, batch["image"].shape.rank)
+        if not on_tensorflow:  # tf.data gives TensorFlow tensors; the other backends take numpy
+            batch = keras.tree.map_structure(np.asarray, dict(batch))
+        encode = paired_encoder(model, len(batch["image"].shape))
         image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])
-        images.append(image_embeddings.numpy())
-        texts.append(text_embeddings.numpy())
-        indices.append(batch["image_index"].numpy())
+        images.append(ops.convert_to_numpy(image_embeddings))
+        texts.append(ops.convert_to_numpy(text_embeddings))
+        indices.append(np.asarray(batch["image_index"]))
         bar.update(len(indices[-1]))
     bar.close()
     if not images:
