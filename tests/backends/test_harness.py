@@ -19,7 +19,9 @@ def _oracle():
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_each_backend_matches_numpy(backend_results, backend):
     results = backend_results("example_similarity.py", backend)
-    np.testing.assert_allclose(results["value"], _oracle(), rtol=1e-12)
+    # 1e-6, the cross-backend tolerance: Keras 3.15 runs some float64 ops (matmul, tanh) in float32 on JAX
+    # and PyTorch, so they agree with numpy to about 1e-8 there, to 1e-15 on TensorFlow.
+    np.testing.assert_allclose(results["value"], _oracle(), rtol=1e-12 if backend == "tensorflow" else 1e-6)
 
 
 @pytest.mark.parametrize("backend", ("jax", "torch"))
