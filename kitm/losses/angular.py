@@ -53,7 +53,7 @@ import math
 from typing import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss, check_margin
 from kitm.ops import similarity as sim_ops
@@ -79,42 +79,52 @@ def _check_angle(angle_degrees) -> float:
     return angle
 
 
-def _embeddings(name: str, value) -> tf.Tensor:
-    value = tf.convert_to_tensor(value)
-    if value.shape.rank != 2:
-        raise ValueError(f"{name} must be [B, D] embeddings; got shape {value.shape}.")
+def _embeddings(name: str, value):
+    value = ops.convert_to_tensor(value)
+    if len(value.shape) != 2:
+        raise ValueError(f"{name} must be [B, D] embeddings; got shape {tuple(value.shape)}.")
     return value
+
+
+def _compatible(a, b) -> bool:
+    """Static shapes that can be equal (an unknown dimension matches anything)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _dot(rows, columns):
+    """[B, N] dot products of two sets of rows (an einsum: the inputs' dtype on every backend, kitm.ops.similarity)."""
+    return ops.einsum("id,jd->ij", rows, columns)
 
 
 def _pool_and_mask(anchors, positives, negatives, negative_mask):
     """The negative pool [N, D] and the bool [B, N] mask of each anchor's negatives."""
     anchors = _embeddings("anchors", anchors)
-    positives = _embeddings("positives", tf.cast(positives, anchors.dtype))
-    if not anchors.shape.is_compatible_with(positives.shape):
-        raise ValueError(f"anchors and positives must have the same shape; got {anchors.shape} and {positives.shape}.")
+    positives = _embeddings("positives", ops.cast(positives, anchors.dtype))
+    if not _compatible(tuple(anchors.shape), tuple(positives.shape)):
+        raise ValueError(f"anchors and positives must have the same shape; got {tuple(anchors.shape)} and "
+                         f"{tuple(positives.shape)}.")
     if negatives is None:
         pool = positives
         if negative_mask is None:
-            b = tf.shape(anchors)[0]
-            negative_mask = tf.logical_not(tf.eye(b, dtype=tf.bool))
+            negative_mask = ops.logical_not(sim_ops.diagonal_mask(ops.shape(anchors)[0], ops.shape(anchors)[0]))
     else:
-        pool = _embeddings("negatives", tf.cast(negatives, anchors.dtype))
-        if not pool.shape[1:].is_compatible_with(anchors.shape[1:]):
-            raise ValueError(f"negatives must be [N, D] with D = {anchors.shape[1]}; got {pool.shape}.")
+        pool = _embeddings("negatives", ops.cast(negatives, anchors.dtype))
+        if not _compatible(tuple(pool.shape[1:]), tuple(anchors.shape[1:])):
+            raise ValueError(f"negatives must be [N, D] with D = {anchors.shape[1]}; got {tuple(pool.shape)}.")
     if negative_mask is None:
-        negative_mask = tf.ones([tf.shape(anchors)[0], tf.shape(pool)[0]], tf.bool)
-    negative_mask = tf.convert_to_tensor(negative_mask)
-    if negative_mask.dtype != tf.bool or negative_mask.shape.rank != 2:
-        raise ValueError(f"negative_mask must be a bool [B, N] matrix; got {negative_mask.dtype.name} "
-                         f"{negative_mask.shape}.")
-    expected = tf.TensorShape([anchors.shape[0], pool.shape[0]])
-    if not negative_mask.shape.is_compatible_with(expected):
-        raise ValueError(f"negative_mask must be [B, N] = {expected}; got {negative_mask.shape}.")
+        negative_mask = ops.ones((ops.shape(anchors)[0], ops.shape(pool)[0]), dtype="bool")
+    negative_mask = ops.convert_to_tensor(negative_mask)
+    if keras.backend.standardize_dtype(negative_mask.dtype) != "bool" or len(negative_mask.shape) != 2:
+        raise ValueError(f"negative_mask must be a bool [B, N] matrix; got "
+                         f"{keras.backend.standardize_dtype(negative_mask.dtype)} {tuple(negative_mask.shape)}.")
+    expected = (anchors.shape[0], pool.shape[0])
+    if not _compatible(tuple(negative_mask.shape), expected):
+        raise ValueError(f"negative_mask must be [B, N] = {expected}; got {tuple(negative_mask.shape)}.")
     return anchors, positives, pool, negative_mask
 
 
 def _sum_over_negatives(values, negative_mask):
-    return tf.reduce_sum(tf.where(negative_mask, values, tf.zeros_like(values)), axis=1)
+    return ops.sum(ops.where(negative_mask, values, ops.zeros_like(values)), axis=1)
 
 
 def _check_form(form: str) -> str:
@@ -124,7 +134,7 @@ def _check_form(form: str) -> str:
 
 
 def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 45.0,
-                 negative_mask=None, form: str = "npair") -> tf.Tensor:
+                 negative_mask=None, form: str = "npair"):
     """N-pair angular loss per anchor [B] (Wang et al. 2017; Thomas & Kovashka, Eqs. 2-3; docs/methods.md#angular).
 
     `form="npair"` (default): `log(1 + sum_j exp(4 tan^2 (a_i + p_i)^T n_j - 2 (1 + tan^2) a_i^T p_i))`;
@@ -143,38 +153,38 @@ def angular_loss(anchors, positives, negatives=None, *, angle_degrees: float = 4
     form = _check_form(form)
     anchors, positives, pool, negative_mask = _pool_and_mask(anchors, positives, negatives, negative_mask)
     if form == "npair":
-        logits = (4 * tan2 * tf.matmul(anchors + positives, pool, transpose_b=True)
-                  - 2 * (1 + tan2) * tf.reduce_sum(anchors * positives, axis=1)[:, None])
+        logits = (4 * tan2 * _dot(anchors + positives, pool)
+                  - 2 * (1 + tan2) * ops.sum(anchors * positives, axis=1)[:, None])
         # log(1 + sum exp) as a log-sum-exp with a 0 logit; masked entries get a finite floor (not -inf) so
         # that neither the value nor the gradient can turn NaN when an anchor has no negative.
-        floor = tf.fill(tf.shape(logits), tf.constant(-1e9, logits.dtype))
-        logits = tf.concat([tf.zeros_like(logits[:, :1]), tf.where(negative_mask, logits, floor)], axis=1)
-        return tf.reduce_logsumexp(logits, axis=1)
-    pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)  # |a - p|^2, [B]
+        floor = ops.full_like(logits, -1e9)
+        logits = ops.concatenate([ops.zeros_like(logits[:, :1]), ops.where(negative_mask, logits, floor)], axis=1)
+        return ops.logsumexp(logits, axis=1)
+    pair = ops.sum(ops.square(anchors - positives), axis=1)  # |a - p|^2, [B]
     center = (anchors + positives) / 2
     # |n_j - C_i|^2 expanded, so that no [B, N, D] tensor is formed.
-    to_center = (tf.reduce_sum(tf.square(pool), axis=1)[None, :]
-                 - 2 * tf.matmul(center, pool, transpose_b=True)
-                 + tf.reduce_sum(tf.square(center), axis=1)[:, None])
-    hinge = tf.nn.relu(pair[:, None] - 4 * tan2 * to_center)
+    to_center = (ops.sum(ops.square(pool), axis=1)[None, :]
+                 - 2 * _dot(center, pool)
+                 + ops.sum(ops.square(center), axis=1)[:, None])
+    hinge = ops.relu(pair[:, None] - 4 * tan2 * to_center)
     return _sum_over_negatives(hinge, negative_mask)
 
 
 def squared_distance_triplet_loss(anchors, positives, negatives=None, *, margin: float = 0.2,
-                                  negative_mask=None) -> tf.Tensor:
+                                  negative_mask=None):
     """N-pair triplet loss on squared Euclidean distances per anchor [B] (Thomas & Kovashka, Eq. 1, N-pairs):
     `sum_j [ |a_i - p_i|^2 - |a_i - n_j|^2 + m ]+`. Arguments as in `angular_loss`."""
     margin = check_margin(margin)
     anchors, positives, pool, negative_mask = _pool_and_mask(anchors, positives, negatives, negative_mask)
-    pair = tf.reduce_sum(tf.square(anchors - positives), axis=1)
-    to_negative = (tf.reduce_sum(tf.square(anchors), axis=1)[:, None]
-                   - 2 * tf.matmul(anchors, pool, transpose_b=True)
-                   + tf.reduce_sum(tf.square(pool), axis=1)[None, :])
-    hinge = tf.nn.relu(pair[:, None] - to_negative + margin)
+    pair = ops.sum(ops.square(anchors - positives), axis=1)
+    to_negative = (ops.sum(ops.square(anchors), axis=1)[:, None]
+                   - 2 * _dot(anchors, pool)
+                   + ops.sum(ops.square(pool), axis=1)[None, :])
+    hinge = ops.relu(pair[:, None] - to_negative + margin)
     return _sum_over_negatives(hinge, negative_mask)
 
 
-def neighbor_coverage(y_true_or_positions) -> tf.Tensor:
+def neighbor_coverage(y_true_or_positions):
     """Share of anchors whose semantic neighbour is in the batch (`neighbor_position >= 0`), float32 scalar.
 
     Accepts `y_true` (a dict with "neighbor_position") or the [B] positions; 0 for an empty batch. A
@@ -185,16 +195,38 @@ def neighbor_coverage(y_true_or_positions) -> tf.Tensor:
         positions = positions.get("neighbor_position")
         if positions is None:
             raise ValueError("neighbor_coverage needs y_true['neighbor_position'] ([B] int, -1 = no neighbour).")
-    positions = tf.reshape(tf.convert_to_tensor(positions), [-1])
-    has = tf.cast(positions >= 0, tf.float32)
-    return tf.math.divide_no_nan(tf.reduce_sum(has), tf.cast(tf.size(has), tf.float32))
+    positions = ops.reshape(ops.convert_to_tensor(positions), (-1,))
+    has = ops.cast(positions >= 0, "float32")
+    return ops.sum(has) / ops.maximum(ops.cast(ops.size(has), "float32"), 1.0)
 
 
-def _image_and_text(loss: RetrievalLoss, y_pred) -> tuple[tf.Tensor, tf.Tensor]:
+def _checked_positions(positions, batch_size):
+    """`neighbor_position` as int32 [B], refused when a row is >= B. On TensorFlow an assertion in the graph (the
+    step stops with the message); on the other backends the check runs where the values are concrete (eager), and
+    a traced step cannot assert on data (JAX), so there an out-of-range row is caught by the pipeline's own
+    construction (kitm.data.neighbor_batching writes rows < B)."""
+    positions = ops.cast(ops.reshape(positions, (-1,)), "int32")
+    message = "neighbor_position must be < B (an in-batch row)"
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        check = tf.debugging.assert_less(positions, tf.cast(batch_size, tf.int32), message=message)
+        with tf.control_dependencies([check]):
+            return tf.identity(positions)
+    try:
+        values = ops.convert_to_numpy(positions)
+    except Exception:  # a traced value (inside jax.jit): nothing concrete to check
+        return positions
+    if values.size and int(values.max()) >= int(batch_size):
+        raise ValueError(f"{message}; got {int(values.max())} with B = {int(batch_size)}.")
+    return positions
+
+
+def _image_and_text(loss: RetrievalLoss, y_pred):
     """y_pred's embeddings as tensors of one dtype, after the base class's shape checks."""
     if isinstance(y_pred, Mapping) and "image" in y_pred and "text" in y_pred:
-        image = tf.convert_to_tensor(y_pred["image"])
-        y_pred = {"image": image, "text": tf.cast(y_pred["text"], image.dtype)}
+        image = ops.convert_to_tensor(y_pred["image"])
+        y_pred = {"image": image, "text": ops.cast(y_pred["text"], image.dtype)}
     loss.similarity(y_pred)  # raises the shared error for a malformed y_pred
     return y_pred["image"], y_pred["text"]
 
@@ -219,13 +251,12 @@ class AngularLoss(RetrievalLoss):
 
     def compute_terms(self, y_true, y_pred):
         image, text = _image_and_text(self, y_pred)
-        is_negative = sim_ops.negative_mask(tf.matmul(image, text, transpose_b=True),
-                                            self.optional(y_true, "image_index"))
+        is_negative = sim_ops.negative_mask(_dot(image, text), self.optional(y_true, "image_index"))
         return {
             "i2t": angular_loss(image, text, text, angle_degrees=self.angle_degrees, negative_mask=is_negative,
                                 form=self.form),
             "t2i": angular_loss(text, image, image, angle_degrees=self.angle_degrees,
-                                negative_mask=tf.transpose(is_negative), form=self.form),
+                                negative_mask=ops.transpose(is_negative), form=self.form),
         }
 
     def get_config(self):
@@ -285,41 +316,38 @@ class NeighborhoodAngularLoss(RetrievalLoss):
                                              negative_mask=negative_mask)
 
     @staticmethod
-    def neighbor_coverage(y_true) -> tf.Tensor:
+    def neighbor_coverage(y_true):
         """Share of anchors with an in-batch neighbour (see the module function `neighbor_coverage`)."""
         return neighbor_coverage(y_true)
 
     def compute_terms(self, y_true, y_pred):
         image, text = _image_and_text(self, y_pred)
-        b = tf.shape(image)[0]
+        b = ops.shape(image)[0]
         image_index = self.optional(y_true, "image_index")
-        is_negative = sim_ops.negative_mask(tf.matmul(image, text, transpose_b=True), image_index)
+        is_negative = sim_ops.negative_mask(_dot(image, text), image_index)
         terms = {
             "i2t": self._loss(image, text, text, is_negative),
-            "t2i": self._loss(text, image, image, tf.transpose(is_negative)),
+            "t2i": self._loss(text, image, image, ops.transpose(is_negative)),
         }
 
         positions = self.optional(y_true, "neighbor_position")
         if positions is None:
             raise ValueError("NeighborhoodAngularLoss needs y_true['neighbor_position'] ([B] int, the in-batch "
                              "row of a semantic neighbour, -1 when none).")
-        positions = tf.cast(tf.reshape(positions, [-1]), tf.int32)
-        check = tf.debugging.assert_less(positions, b, message="neighbor_position must be < B (an in-batch row)")
-        with tf.control_dependencies([check]):
-            positions = tf.identity(positions)
+        positions = _checked_positions(positions, b)
         has_neighbor = positions >= 0
-        rows = tf.range(b)
-        neighbor = tf.where(has_neighbor, positions, rows)  # placeholder for anchors without a neighbour
+        rows = ops.arange(b, dtype="int32")
+        neighbor = ops.where(has_neighbor, positions, rows)  # placeholder for anchors without a neighbour
         columns = rows[None, :]
         # Negatives of anchor i: not i, not its neighbour i', and not a sample of the image of i or i'.
-        within = tf.logical_and(tf.not_equal(columns, rows[:, None]), tf.not_equal(columns, neighbor[:, None]))
+        within = ops.logical_and(ops.not_equal(columns, rows[:, None]), ops.not_equal(columns, neighbor[:, None]))
         if image_index is not None:
-            image_index = tf.reshape(image_index, [-1])
+            image_index = ops.reshape(image_index, (-1,))
             same = sim_ops.same_image_mask(image_index)
-            within = tf.logical_and(within, tf.logical_not(tf.logical_or(same, tf.gather(same, neighbor))))
-        within = tf.logical_and(within, has_neighbor[:, None])
-        terms["text_neighbors"] = self.alpha * self._loss(text, tf.gather(text, neighbor), text, within)
-        terms["image_neighbors"] = self.beta * self._loss(image, tf.gather(image, neighbor), image, within)
+            within = ops.logical_and(within, ops.logical_not(ops.logical_or(same, ops.take(same, neighbor, axis=0))))
+        within = ops.logical_and(within, has_neighbor[:, None])
+        terms["text_neighbors"] = self.alpha * self._loss(text, ops.take(text, neighbor, axis=0), text, within)
+        terms["image_neighbors"] = self.beta * self._loss(image, ops.take(image, neighbor, axis=0), image, within)
         return terms
 
     def get_config(self):
