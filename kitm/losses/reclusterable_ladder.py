@@ -10,7 +10,10 @@ The sample (`RelevanceSample`) is bottom-k sampling: every offered value gets an
 with the smallest keys are kept, which is a uniform sample without replacement of everything offered since the last
 reset, with O(n) memory and one `top_k` per step. Under a distribution strategy each replica samples its own values
 (ON_READ variables, no cross-replica traffic in the step) and the merged sample keeps the smallest keys of the
-union, which is again a uniform sample of the union.
+union, which is again a uniform sample of the union. Off TensorFlow (JAX, PyTorch) the variables are Keras
+variables with one copy (the loss sees the global batch) and the keys come from `keras.random` with a seed generator;
+inside a compiled JAX step the sample advances only where the trainer threads the loss's state through the step
+(`non_trainable_variables`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from typing import Sequence
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 from kitm.losses.base import RetrievalLoss
+from kitm.losses.global_batch import _tensorflow
 from kitm.losses.ladder import LadderLoss, threshold_levels
 from kitm.ops.similarity import negative_mask
 
@@ -30,6 +34,12 @@ __all__ = ["RelevanceSample", "ReclusterableLadderLoss", "threshold_levels", "th
            "DEFAULT_SAMPLE_SIZE"]
 
 DEFAULT_SAMPLE_SIZE = 4096
+
+
+def _jax_x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
 
 
 class RelevanceSample:
@@ -47,20 +57,37 @@ class RelevanceSample:
             raise ValueError(f"size must be an integer >= 2; got {size!r}.")
         self.size = int(size)
         self.seed = int(seed)
+        tf = _tensorflow()
+        if tf is not None:
+            def local(initial, dtype, label, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA):
+                return tf.Variable(tf.cast(initial, dtype), trainable=False, name=f"{name}_{label}",
+                                   synchronization=tf.VariableSynchronization.ON_READ, aggregation=aggregation)
 
-        def local(initial, dtype, label, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA):
-            return tf.Variable(tf.cast(initial, dtype), trainable=False, name=f"{name}_{label}",
-                               synchronization=tf.VariableSynchronization.ON_READ, aggregation=aggregation)
+            self.keys = local(tf.fill([self.size], np.inf), tf.float32, "keys")
+            self.values = local(tf.zeros([self.size]), tf.float32, "values")
+            self.offered = local(0, tf.int64, "offered", tf.VariableAggregation.SUM)
+            self.draws = local(0, tf.int64, "draws")
+            self.seed_generator = None
+        else:
+            count = "int64" if keras.backend.backend() != "jax" or _jax_x64() else "int32"
+            self.keys = keras.Variable(np.full(self.size, np.inf, np.float32), trainable=False, name=f"{name}_keys")
+            self.values = keras.Variable(np.zeros(self.size, np.float32), trainable=False, name=f"{name}_values")
+            self.offered = keras.Variable(np.zeros((), count), trainable=False, dtype=count, name=f"{name}_offered")
+            self.draws = keras.Variable(np.zeros((), count), trainable=False, dtype=count, name=f"{name}_draws")
+            self.seed_generator = keras.random.SeedGenerator(self.seed)
 
-        self.keys = local(tf.fill([self.size], np.inf), tf.float32, "keys")
-        self.values = local(tf.zeros([self.size]), tf.float32, "values")
-        self.offered = local(0, tf.int64, "offered", tf.VariableAggregation.SUM)
-        self.draws = local(0, tf.int64, "draws")
+    @property
+    def variables(self) -> list:
+        """The sample's state (keys, values, counters; the seed generator's state off TensorFlow)."""
+        state = [self.keys, self.values, self.offered, self.draws]
+        return state + ([self.seed_generator.state] if self.seed_generator is not None else [])
 
-    def update(self, values, mask=None) -> None:
-        """Offer the entries of `values` where `mask` is True (all of them without a mask)."""
-        values = tf.reshape(tf.cast(values, tf.float32), [-1])
-        mask = tf.ones_like(values, tf.bool) if mask is None else tf.reshape(tf.convert_to_tensor(mask), [-1])
+    def _keys(self, shape):
+        """i.i.d. uniform keys: on TensorFlow from the stateless stream of (seed, draw x replicas + replica), as
+        kitm always drew them; elsewhere from the seed generator."""
+        tf = _tensorflow()
+        if tf is None:
+            return keras.random.uniform(shape, dtype="float32", seed=self.seed_generator)
         context = tf.distribute.get_replica_context()
         if context is None:  # cross-replica context: a single writer
             replica, replicas = tf.constant(0, tf.int64), 1
@@ -68,15 +95,20 @@ class RelevanceSample:
             replica, replicas = tf.cast(context.replica_id_in_sync_group, tf.int64), context.num_replicas_in_sync
         counter = tf.cast(self.draws, tf.int64) * replicas + replica
         seed = tf.stack([tf.constant(self.seed, tf.int64), counter])
-        keys = tf.random.stateless_uniform(tf.shape(values), seed=seed, dtype=tf.float32)
-        keys = tf.where(mask, keys, tf.fill(tf.shape(keys), np.float32(np.inf)))
-        all_keys = tf.concat([tf.convert_to_tensor(self.keys), keys], axis=0)
-        all_values = tf.concat([tf.convert_to_tensor(self.values), values], axis=0)
-        _, keep = tf.math.top_k(-all_keys, k=self.size, sorted=False)  # the n smallest keys
-        self.keys.assign(tf.gather(all_keys, keep))
-        self.values.assign(tf.gather(all_values, keep))
-        self.offered.assign_add(tf.reduce_sum(tf.cast(mask, tf.int64)))
-        self.draws.assign_add(1)
+        return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+
+    def update(self, values, mask=None) -> None:
+        """Offer the entries of `values` where `mask` is True (all of them without a mask)."""
+        values = ops.reshape(ops.cast(values, "float32"), (-1,))
+        mask = ops.ones_like(values, dtype="bool") if mask is None else ops.reshape(ops.convert_to_tensor(mask), (-1,))
+        keys = ops.where(mask, self._keys(ops.shape(values)), ops.full_like(values, np.inf))
+        all_keys = ops.concatenate([ops.convert_to_tensor(self.keys), keys], axis=0)
+        all_values = ops.concatenate([ops.convert_to_tensor(self.values), values], axis=0)
+        _, keep = ops.top_k(-all_keys, k=self.size, sorted=False)  # the n smallest keys
+        self.keys.assign(ops.take(all_keys, keep, axis=0))
+        self.values.assign(ops.take(all_values, keep, axis=0))
+        self.offered.assign_add(ops.sum(ops.cast(mask, self.offered.dtype)))
+        self.draws.assign_add(ops.ones((), self.draws.dtype))
 
     def sample(self) -> np.ndarray:
         """The merged sample over replicas (float64, at most `size` values, in random order)."""
@@ -131,18 +163,26 @@ class ReclusterableLadderLoss(LadderLoss):
                          max_violation=max_violation)
         if not self.thresholds:
             raise ValueError("ReclusterableLadderLoss needs at least one threshold (two ladder levels).")
-        self.threshold_variable = tf.Variable(np.asarray(self.thresholds, np.float32), trainable=False,
-                                              name=f"{name}_thresholds")
+        tf = _tensorflow()
+        thresholds = np.asarray(self.thresholds, np.float32)
+        self.threshold_variable = (tf.Variable(thresholds, trainable=False, name=f"{name}_thresholds")
+                                   if tf is not None else
+                                   keras.Variable(thresholds, trainable=False, name=f"{name}_thresholds"))
         self.relevance_sample = RelevanceSample(sample_size, seed, name=f"{name}_relevance_sample")
 
-    def levels(self, y_true) -> tf.Tensor:
+    @property
+    def non_trainable_variables(self) -> list:
+        """The state a compiled step must carry: the thresholds and the relevance sample."""
+        return [self.threshold_variable, *self.relevance_sample.variables]
+
+    def levels(self, y_true):
         relevance = RetrievalLoss.optional(y_true, "relevance")
         if relevance is None:
             raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], relevance of caption q to "
                              "image p).")
-        relevance = tf.convert_to_tensor(relevance)
-        if relevance.shape.rank != 2:
-            raise ValueError(f"y_true['relevance'] must be [B, B]; got shape {relevance.shape}.")
+        relevance = ops.convert_to_tensor(relevance)
+        if len(relevance.shape) != 2:
+            raise ValueError(f"y_true['relevance'] must be [B, B]; got shape {tuple(relevance.shape)}.")
         image_index = self.optional(y_true, "image_index")
         self.relevance_sample.update(relevance, negative_mask(relevance, image_index))
         return threshold_levels(relevance, self.threshold_variable, image_index=image_index)

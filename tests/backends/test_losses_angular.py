@@ -43,3 +43,12 @@ def test_backend_equals_tensorflow(backend_results, backend):
     for name in reference:
         # 1e-6 relative, 1e-9 absolute: Keras computes some float64 ops in float32 off TensorFlow (harness).
         np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-9, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", ("tensorflow", "jax", "torch"))
+def test_relevance_sample_keeps_a_sample_of_what_it_was_offered(backend_results, backend):
+    results = backend_results("relevance_sample.py", backend)
+    offered = np.delete(np.arange(12, dtype=np.float32) / 10, [0, 11])
+    np.testing.assert_allclose(results["roomy_sorted"], np.sort(offered), rtol=1e-7)
+    assert results["roomy_offered"] == 10 and results["tight_offered"] == 30
+    assert results["tight_size"] == 4 and results["tight_from_offered"] == 1.0
