@@ -19,6 +19,8 @@ import io
 import json
 import os
 import pathlib
+import re
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -30,6 +32,11 @@ THUMBNAIL_SIDE = 192
 # The formats the SavedModel's encode_image decodes (kitm.serving.export checks their first bytes).
 _DECODABLE = {"PNG", "JPEG", "GIF", "BMP"}
 _EXIF_ORIENTATION = 0x0112
+# The most pixels an image may declare: it is refused from its header, before any decoding. A file of a few
+# kilobytes can declare 12000 x 12000 pixels (a "decompression bomb"): decoded, it took 1-2 GB of the search server's
+# memory per upload, and 400 MP raised Pillow's own DecompressionBombError. 40 MP holds every camera photo
+# (a 45 MP full-frame sensor aside: 8256 x 5504) and decodes into at most 160 MB (RGBA).
+MAX_IMAGE_PIXELS = 40_000_000
 
 
 @dataclasses.dataclass
@@ -40,6 +47,7 @@ class PreparedImage:
     thumbnail: bytes | None
     thumbnail_type: str = "image/jpeg"
     error: str | None = None
+    too_large: bool = False
 
 
 @dataclasses.dataclass
@@ -155,16 +163,39 @@ def _encode(image, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+def _too_large(size) -> str | None:
+    width, height = size
+    if width * height <= MAX_IMAGE_PIXELS:
+        return None
+    return (f"too large: {width} x {height} pixels ({width * height / 1e6:,.0f} MP) where at most "
+            f"{MAX_IMAGE_PIXELS / 1e6:.0f} MP are decoded (kitm.index.sources.MAX_IMAGE_PIXELS); scale it down")
+
+
 def prepare_image(data: bytes, *, thumbnail_side: int = THUMBNAIL_SIDE) -> PreparedImage:
-    """The bytes to embed (upright, a decodable format) and a thumbnail of at most `thumbnail_side` px a side."""
+    """The bytes to embed (upright, a decodable format) and a thumbnail of at most `thumbnail_side` px a side.
+
+    An image declaring more than `MAX_IMAGE_PIXELS` pixels in its header is refused (`too_large`) before it is
+    decoded; so is any file Pillow cannot read (`error` says why)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as opened:
+        # Pillow warns from its own limit (89 MP) up; ours is lower and refuses before decoding.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(data))
+        with opened:
             fmt = opened.format
+            if (too_large := _too_large(opened.size)) is not None:
+                return PreparedImage(None, None, error=too_large, too_large=True)
             orientation = opened.getexif().get(_EXIF_ORIENTATION, 1)
             opened.load()
             image = ImageOps.exif_transpose(opened) if orientation not in (None, 1) else opened.copy()
+    except Image.DecompressionBombError as error:  # over twice Pillow's limit: refused by Pillow at open
+        size = re.search(r"\((\d+) pixels\)", str(error))
+        pixels = f" ({int(size.group(1)) / 1e6:,.0f} MP)" if size else ""
+        return PreparedImage(None, None, too_large=True,
+                             error=f"too large{pixels}: at most {MAX_IMAGE_PIXELS / 1e6:.0f} MP are decoded "
+                                   "(kitm.index.sources.MAX_IMAGE_PIXELS); scale it down")
     except UnidentifiedImageError:
         return PreparedImage(None, None, error="not a PNG, JPEG, GIF, BMP or WebP image (Pillow cannot identify it)")
     except (OSError, SyntaxError, ValueError) as error:

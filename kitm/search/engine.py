@@ -18,11 +18,15 @@ import time
 import numpy as np
 
 from kitm.errors import KitmDataError, KitmError
+from kitm.index.sources import MAX_IMAGE_PIXELS
 from kitm.search.relevance import image_query_relevance, normalized, text_query_relevance
 
 MAX_QUERY_CHARS = 1000
 MAX_RESULTS = 100
 MAX_UPLOAD_BYTES = 20 * 2**20
+# Uploads decoded at once: each may take up to MAX_IMAGE_PIXELS x 4 bytes (160 MB) and a copy or two while Pillow
+# turns it upright; the others wait their turn, so a burst of uploads cannot add more than about 1 GB.
+MAX_DECODES_IN_FLIGHT = 2
 
 
 class QueryError(KitmError, ValueError):
@@ -41,6 +45,8 @@ class Searcher:
     model: object
     export_dir: pathlib.Path
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _decoding: threading.BoundedSemaphore = dataclasses.field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_DECODES_IN_FLIGHT))
     _caption_rows: dict = dataclasses.field(default_factory=dict)
     _digests: dict = dataclasses.field(default_factory=dict)
 
@@ -154,11 +160,15 @@ class Searcher:
         if len(data) > MAX_UPLOAD_BYTES:
             raise QueryError(f"The upload is {len(data):,} bytes; images of at most {MAX_UPLOAD_BYTES:,} bytes are "
                              "searched.", 413)
-        prepared = prepare_image(data)
-        if prepared.error:
-            raise QueryError(f"The upload is {prepared.error}: drop a photo or picture file.", 415)
+        with self._decoding:
+            prepared = prepare_image(data)
+            if prepared.too_large:
+                raise QueryError(f"The upload is {prepared.error}.", 413)
+            if prepared.error:
+                raise QueryError(f"The upload is {prepared.error}: drop a photo or picture file.", 415)
+            vector = self._embed_image(prepared.model_bytes)
         position = self._digests.get(hashlib.sha256(data).hexdigest())
-        return self._search_image(self._embed_image(prepared.model_bytes), position, k)
+        return self._search_image(vector, position, k)
 
     def search_indexed_image(self, position, k=10) -> dict:
         """The captions (and images) nearest to indexed image `position`."""
@@ -210,4 +220,4 @@ class Searcher:
                 "model": {"export_dir": str(self.export_dir), "embedding_dim": manifest["model"]["embedding_dim"]},
                 "images_index": manifest["images_index"], "captions_index": manifest["captions_index"],
                 "limits": {"max_query_chars": MAX_QUERY_CHARS, "max_results": MAX_RESULTS,
-                           "max_upload_bytes": MAX_UPLOAD_BYTES}}
+                           "max_upload_bytes": MAX_UPLOAD_BYTES, "max_image_pixels": MAX_IMAGE_PIXELS}}

@@ -11,11 +11,13 @@ import os
 import pathlib
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 import pytest
 
@@ -33,6 +35,15 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A few dozen bytes of PNG declaring `width` x `height` pixels (an image bomb; its pixel data a stub)."""
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 
 
 def _request(url, data=None, headers=None, method=None, timeout=60):
@@ -194,6 +205,9 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
         # A body announced as 21 MB is refused from its Content-Length, before any of it is read.
         (b"\x89PNG" + bytes(1000), {"Content-Length": str(21 * 2**20)}, "/api/search/image", 413,
          "at most 20,971,520"),
+        # Image bombs: refused from the pixel count in their header, before decoding (kitm.index.sources).
+        (_png_header(12000, 12000), {}, "/api/search/image", 413, "12000 x 12000 pixels (144 MP) where at most 40 MP"),
+        (_png_header(20000, 20000), {}, "/api/search/image", 413, "too large (400 MP): at most 40 MP"),
     ]
     for body, headers, route, expected, message in bad:
         status, answer = _request(server + route, body, headers, method="POST")
