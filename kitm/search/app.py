@@ -69,7 +69,7 @@ def create_app(searcher: Searcher):
         body = await _bounded_body(request, _MAX_JSON_BYTES, "request body")
         try:
             payload = json.loads(body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # not JSON, not UTF-8, or an integer of more than 4,300 digits (Python's bound)
             raise QueryError('The body must be JSON: {"query": "a red circle", "k": 10}.') from None
         if not isinstance(payload, dict) or "query" not in payload:
             raise QueryError('The body must be a JSON object with a "query": {"query": "a red circle", "k": 10}.')

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import pathlib
 import threading
@@ -108,13 +109,20 @@ class Searcher:
     # --- checks ----------------------------------------------------------------------------------------------------
     @staticmethod
     def check_k(k) -> int:
-        try:
-            k = int(k)
-        except (TypeError, ValueError):
-            raise QueryError(f"k must be a whole number of results (1 to {MAX_RESULTS}); got {k!r}.") from None
-        if not 1 <= k <= MAX_RESULTS:
-            raise QueryError(f"k must be between 1 and {MAX_RESULTS}; got {k}.")
-        return k
+        """`k`, the number of results: a JSON integer, or a string of ASCII digits (a URL's ?k=), from 1 to
+        MAX_RESULTS. Anything else is refused, never rounded or coerced: 1.5, true, Infinity, 1e400, "٣"."""
+        if isinstance(k, str) and k.strip().isascii() and k.strip().isdigit() and len(k.strip()) <= 6:
+            value = int(k.strip())
+        elif isinstance(k, int) and not isinstance(k, bool):
+            value = k
+        else:
+            shown = json.dumps(k, ensure_ascii=False) if isinstance(k, (str, float, bool)) or k is None else repr(k)
+            raise QueryError(f"k (the number of results) must be an integer from 1 to {MAX_RESULTS}; got "
+                             f"{shown[:40]}.")
+        if not 1 <= value <= MAX_RESULTS:
+            raise QueryError(f"k (the number of results) must be an integer from 1 to {MAX_RESULTS}; got "
+                             f"{str(value)[:40]}.")
+        return value
 
     @staticmethod
     def check_query(query) -> str:

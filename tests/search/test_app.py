@@ -199,7 +199,13 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
         (json.dumps({"query": ""}).encode(), json_headers, "/api/search/text", 400, "empty"),
         (b"{not json", json_headers, "/api/search/text", 400, "must be JSON"),
         (json.dumps({"query": "a red circle", "k": 0}).encode(), json_headers, "/api/search/text", 400,
-         "between 1 and 100"),
+         "k (the number of results) must be an integer from 1 to 100; got 0."),
+        # JSON's Infinity and 1e400 (a float past its range) were a 500 OverflowError; an integer of 5,000 digits
+        # is past Python's bound on parsing them.
+        (b'{"query": "a red circle", "k": Infinity}', json_headers, "/api/search/text", 400, "got Infinity."),
+        (b'{"query": "a red circle", "k": 1e400}', json_headers, "/api/search/text", 400, "got Infinity."),
+        (b'{"query": "a red circle", "k": ' + b"9" * 5000 + b"}", json_headers, "/api/search/text", 400,
+         "must be JSON"),
         (b"%PDF-1.4 not an image", {}, "/api/search/image", 415, "not a PNG, JPEG"),
         (b"", {}, "/api/search/image", 400, "empty"),
         # A body announced as 21 MB is refused from its Content-Length, before any of it is read.

@@ -57,3 +57,18 @@ def test_uploads_are_decoded_at_most_max_decodes_in_flight_at_once(monkeypatch):
     for thread in threads:
         thread.join()
     assert most[0] == MAX_DECODES_IN_FLIGHT == 2
+
+
+@pytest.mark.parametrize("k, shown", [(float("inf"), "Infinity"), (1e400, "Infinity"), (float("nan"), "NaN"),
+                                      (1.5, "1.5"), (3.0, "3.0"), (True, "true"), ("٣", '"٣"'), ("1.5", '"1.5"'),
+                                      ("", '""'), (None, "null"), ([3], "[3]"), (0, "0"), (101, "101"),
+                                      ("-1", '"-1"'), (10**400, "1" + "0" * 39)])
+def test_k_that_is_not_an_integer_from_1_to_100_is_refused_naming_k(k, shown):
+    with pytest.raises(QueryError) as caught:
+        Searcher.check_k(k)
+    assert str(caught.value) == f"k (the number of results) must be an integer from 1 to 100; got {shown}."
+    assert caught.value.status == 400
+
+
+def test_k_as_a_json_integer_or_the_digits_of_a_url():
+    assert [Searcher.check_k(k) for k in (1, 100, "7", " 20 ")] == [1, 100, 7, 20]
