@@ -50,6 +50,7 @@ class Searcher:
         default_factory=lambda: threading.BoundedSemaphore(MAX_DECODES_IN_FLIGHT))
     _caption_rows: dict = dataclasses.field(default_factory=dict)
     _digests: dict = dataclasses.field(default_factory=dict)
+    vocabulary: frozenset | None = None
 
     @classmethod
     def open(cls, index_dir: str | os.PathLike, export_dir: str | os.PathLike | None = None) -> Searcher:
@@ -70,7 +71,10 @@ class Searcher:
                 f"{recorded['fingerprint']}) than the SavedModel at {export_dir} (fingerprint {fingerprint}): its "
                 "queries would land in another embedding space. Rebuild the index with this model (python -m "
                 f"kitm.index --export_dir={export_dir} ...), or serve it with the model it was built with.")
-        searcher = cls(index=index, model=load_model(export_dir), export_dir=export_dir)
+        from kitm.index.model import model_vocabulary
+
+        model = load_model(export_dir)
+        searcher = cls(index=index, model=model, export_dir=export_dir, vocabulary=model_vocabulary(model))
         probe = searcher._embed_text("a")
         if probe.shape[-1] != index.embedding_dim:
             raise KitmDataError(f"The SavedModel at {export_dir} embeds into {probe.shape[-1]} dimensions but the "
@@ -145,6 +149,7 @@ class Searcher:
         """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
         started = time.perf_counter()
         query, k = self.check_query(query), self.check_k(k)
+        words = self.query_words(query)
         vector = self._embed_text(query)
         positions, scores = self._search(self.index.image_index, vector, k)
         matched = self._caption_rows.get(normalized(query))
@@ -154,9 +159,37 @@ class Searcher:
                    for rank, (position, score) in enumerate(zip(positions, scores))]
         return {"query": query, "k": k, "results": results, "relevance_source": graded.source,
                 "relevance_note": graded.note,
+                **words,
                 "matched_caption": None if matched is None else {"caption": int(matched),
                                                                  "image": int(self.index.captions[matched]["image"])},
                 "seconds": round(time.perf_counter() - started, 4)}
+
+    def query_words(self, query: str) -> dict:
+        """{"num_words", "unknown_words", "warning"}: how many words the model reads in the query, those its
+        vocabulary lacks, and a warning when some are unknown (None: all are known, or the model's vocabulary is not
+        known).
+
+        A query of words the model never saw (emoji, "!!!", a zero-width space, another script) is embedded as an
+        empty caption and still gets scores as high as a real one's: the page says so instead of looking sure."""
+        from kitm.index.model import query_words
+
+        if self.vocabulary is None:
+            return {"num_words": None, "unknown_words": None, "warning": None}
+        words = query_words(query)
+        unknown = [word for word in words if word not in self.vocabulary]
+        size = f"{len(self.vocabulary):,} words from its training captions"
+        if not words:
+            warning = ("The query has no words the model can read: only punctuation, symbols, emoji or invisible "
+                       "characters, which the model drops. The results below answer an empty caption, not the query.")
+        elif len(unknown) == len(words):
+            warning = (f"None of the query's words ({', '.join(unknown[:10])}) is in the model's vocabulary "
+                       f"({size}): the results below answer an empty caption, not the query.")
+        elif unknown:
+            warning = (f"{len(unknown)} of the query's {len(words)} words are not in the model's vocabulary ({size}) "
+                       f"and are ignored: {', '.join(unknown[:10])}.")
+        else:
+            warning = None
+        return {"num_words": len(words), "unknown_words": unknown, "warning": warning}
 
     def search_image_bytes(self, data: bytes, k=10) -> dict:
         """The captions (and images) nearest to the uploaded image `data`."""

@@ -193,6 +193,10 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
                               json_headers)
     assert status == 200 and answer["relevance_source"] == "truth" and answer["matched_caption"]["image"] == 0
     assert [r["rank"] for r in answer["results"]] == [1, 2, 3]
+    assert answer["warning"] is None and answer["unknown_words"] == [] and answer["num_words"] > 3
+    # A query of words the model never saw gets results, and says that they answer no word of it.
+    status, answer = _request(server + "/api/search/text?q=%E2%80%8B%F0%9F%99%82!!!&k=3")
+    assert status == 200 and answer["num_words"] == 0 and "no words the model can read" in answer["warning"]
 
     bad = [
         (json.dumps({"query": "x" * 100_000}).encode(), json_headers, "/api/search/text", 413, "100,000 characters"),

@@ -72,3 +72,34 @@ def test_k_that_is_not_an_integer_from_1_to_100_is_refused_naming_k(k, shown):
 
 def test_k_as_a_json_integer_or_the_digits_of_a_url():
     assert [Searcher.check_k(k) for k in (1, 100, "7", " 20 ")] == [1, 100, 7, 20]
+
+
+@pytest.mark.parametrize("query, warning", [
+    ("\U0001F642\U0001F308", "The query has no words the model can read: only punctuation, symbols, emoji or "
+                             "invisible characters"),
+    ("!!!", "The query has no words the model can read"),
+    ("\u200b", "The query has no words the model can read"),
+    ("قطة حمراء", "None of the query's words (قطة, حمراء) is in the model's vocabulary (2 words from its training "
+                  "captions): the results below answer an empty caption, not the query."),
+    ("a Red circle", "1 of the query's 3 words are not in the model's vocabulary (2 words from its training "
+                     "captions) and are ignored: a."),
+    ("red circle.", None),
+])
+def test_a_query_of_words_the_model_never_saw_is_said_so(query, warning):
+    searcher = Searcher(index=None, model=None, export_dir=pathlib.Path("model"),
+                        vocabulary=frozenset({"red", "circle"}))
+    words = searcher.query_words(query)
+    assert (words["warning"] or "").startswith(warning or "") and (words["warning"] is None) == (warning is None)
+
+
+def test_the_vocabulary_is_read_from_the_savedmodel(tiny_search_run, tiny_synthetic):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (the tokenizer's ops)
+
+    from kitm.eval.split_data import read_split
+    from kitm.index.model import model_vocabulary
+
+    vocabulary = model_vocabulary(tf.saved_model.load(str(tiny_search_run / "export" / "1")))
+    captions = read_split(tiny_synthetic, "train", with_images=False).captions
+    assert vocabulary == {word for caption in captions for word in caption.lower().split()}
+    assert model_vocabulary(object()) is None  # no tables: a model whose vocabulary is not known, no warning

@@ -87,6 +87,8 @@ function renderTextResults(answer) {
   relevanceKind = answer.relevance_source;
   const container = $("results");
   container.replaceChildren(el("h2", { text: `Images for “${answer.query}”` }));
+  // Words the model never saw: its scores then look as sure as for a real caption, so the page says so first.
+  if (answer.warning) container.append(el("p", { class: "warning", id: "query-warning", text: answer.warning }));
   renderNote(container, answer.relevance_note, summary(answer.results, "images"));
   // A folder of photos without captions has no relevance to show: no empty columns then.
   const graded = answer.results.some((r) => r.relevance !== null || r.annotated !== null);
