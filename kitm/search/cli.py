@@ -13,11 +13,11 @@ Bad input ends with one line ``kitm.search: error: ...`` on stderr and exit stat
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 from kitm.errors import CliError, OneLineArgumentParser
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.search"
 EXIT_BAD_INPUT = 2
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
     from kitm.eval.cli import _one_line
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_logs()  # before TensorFlow is imported: no cuInit or oneDNN lines on a machine without a GPU
     try:
         return _run(build_parser().parse_args(argv))
     except (CliError, ValueError, OSError) as error:
