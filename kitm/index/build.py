@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path, read_json, write_json_atomically
-from kitm.index.sources import THUMBNAIL_SIDE, IndexSource, prepare_image, source_manifest
+from kitm.index.sources import (THUMBNAIL_SIDE, IndexSource, PreparedImage, prepare_image, source_manifest,
+                                unreadable)
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL, build_vector_index, write_index
 
 FORMAT = "kitm.index"
@@ -105,8 +106,10 @@ def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int,
 
     import tensorflow as tf
 
+    # A file that could not be read comes as its OSError (kitm.index.sources.read_file): skipped, with the reason.
     raw = source.read(positions)
-    prepared = [prepare_image(data) for data in raw]
+    prepared = [prepare_image(data) if isinstance(data, bytes) else PreparedImage(None, None, error=unreadable(data))
+                for data in raw]
     readable = [i for i, item in enumerate(prepared) if item.error is None]
     bar.update(len(prepared) - len(readable))
     try:
@@ -126,7 +129,8 @@ def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int,
     thumbs = [item.thumbnail or b"" for item in prepared]
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in thumbs])]).astype(np.int64)
     return {"embeddings": embeddings, "valid": valid,
-            "sha256": np.array([hashlib.sha256(data).hexdigest() for data in raw]),
+            "sha256": np.array([hashlib.sha256(data if isinstance(data, bytes) else b"").hexdigest()
+                                for data in raw]),
             "errors": np.array(errors), "thumb_types": np.array([item.thumbnail_type for item in prepared]),
             "thumbs": np.frombuffer(b"".join(thumbs), np.uint8), "thumb_offsets": offsets}
 

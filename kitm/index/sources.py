@@ -8,12 +8,14 @@ signature decodes (PNG, JPEG, GIF, BMP), and a thumbnail per image for the searc
 A photo is stored by cameras as it was shot plus an EXIF orientation; TensorFlow's decoder ignores that tag, so a
 photo with one is rotated upright (Pillow's ``exif_transpose``) and re-encoded before it is embedded, as a person
 sees it. WebP, which the SavedModel does not decode, is re-encoded as PNG. A file Pillow cannot read is skipped and
-named in the build's report, never silently embedded as something else.
+named in the build's report, never silently embedded as something else; so is one that cannot be read at all (a
+symbolic link loop) or declares more than `MAX_IMAGE_PIXELS` pixels.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -98,12 +100,42 @@ def folder_source(folder: str | os.PathLike) -> IndexSource:
         raise KitmDataError(f"--images={folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}).")
     digest = hashlib.sha256()
     for path in paths:
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except OSError:  # a link loop or a dangling link: skipped when read, and named
+            stat = path.lstat()
         digest.update(f"{path.relative_to(folder).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    resolved = [str(path.resolve()) for path in paths]
+    resolved = [_resolved(path) for path in paths]
     return IndexSource(kind="folder", description={"folder": str(folder.resolve())}, paths=resolved,
-                       read=lambda positions: [pathlib.Path(resolved[i]).read_bytes() for i in positions],
+                       read=lambda positions: [read_file(resolved[i]) for i in positions],
                        signature=digest.hexdigest())
+
+
+def _resolved(path: pathlib.Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a symbolic link loop (Python < 3.13 raises RuntimeError)
+        return str(path.absolute())
+
+
+def read_file(path: str | os.PathLike) -> bytes | OSError:
+    """The bytes of the file at `path`, or the OSError that stopped reading them: one unreadable file (a link loop,
+    a link to a folder, no permission) is skipped and named by the build, which goes on."""
+    try:
+        return pathlib.Path(path).read_bytes()
+    except OSError as error:
+        return error
+
+
+def unreadable(error: OSError) -> str:
+    """Why a file could not be read, as the build's manifest lists it."""
+    if error.errno == errno.ELOOP:
+        return "unreadable: a symbolic link loop (the link leads back to itself)"
+    if isinstance(error, IsADirectoryError):
+        return "unreadable: a folder (a link to one), not an image file"
+    if isinstance(error, FileNotFoundError):
+        return "unreadable: a link to a file that does not exist"
+    return f"unreadable: {error.strerror or error}"
 
 
 def dataset_splits(text: str, available: Sequence[str]) -> list[str]:

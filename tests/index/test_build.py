@@ -230,3 +230,29 @@ def test_kitm_index_under_a_file_size_limit_says_so_in_one_line_and_resumes(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.partial"]  # nothing under the final name
     assert main(command) == 0  # the same command, the limit raised: the 12 embedded images are kept
     assert load_index(out).num_images == 12 and not (tmp_path / "index.partial").exists()
+
+
+def test_a_symlink_loop_and_an_image_bomb_in_the_folder_are_skipped_and_listed(tmp_path, tiny_search_run):
+    import struct
+    import zlib
+
+    def chunk(kind, payload):
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(_jpeg((40, 30), (200, 30, 30)))
+    (photos / "loop.jpg").symlink_to("loop.jpg")  # [Errno 40] stopped the whole build
+    # A few dozen bytes declaring 20000 x 20000 pixels: Pillow's DecompressionBombError stopped the build.
+    header = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
+    (photos / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                                      + chunk(b"IDAT", zlib.compress(bytes(64))) + chunk(b"IEND", b""))
+    manifest = build_index(folder_source(photos), tiny_search_run / "export" / "1", tmp_path / "index",
+                           BuildOptions(progress=False))
+    assert manifest["num_images"] == 1
+    skipped = {entry["path"].split("photos/")[1]: entry["error"] for entry in manifest["skipped"]}
+    assert skipped == {
+        "bomb.png": "too large (400 MP): at most 40 MP are decoded (kitm.index.sources.MAX_IMAGE_PIXELS); scale it "
+                    "down",
+        "loop.jpg": "unreadable: a symbolic link loop (the link leads back to itself)"}
+    assert json.loads((tmp_path / "index" / "manifest.json").read_text())["skipped"] == manifest["skipped"]
