@@ -96,9 +96,12 @@ def create_app(searcher: Searcher):
     return app
 
 
-def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Serve the app with uvicorn until interrupted."""
+def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning",
+          sock=None) -> None:
+    """Serve the app with uvicorn until interrupted; on `sock` (bound and listening) where given, else on
+    `host`:`port`."""
     import uvicorn
 
-    uvicorn.run(create_app(searcher), host=host, port=port, log_level=log_level,
-                limit_concurrency=64, timeout_keep_alive=5)
+    config = uvicorn.Config(create_app(searcher), host=host, port=port, log_level=log_level,
+                            limit_concurrency=64, timeout_keep_alive=5)
+    uvicorn.Server(config).run(sockets=None if sock is None else [sock])
