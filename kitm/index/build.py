@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path, read_json, write_json_atomically
+from kitm.progress import progress_bar
 from kitm.index.sources import (THUMBNAIL_SIDE, IndexSource, PreparedImage, prepare_image, source_manifest,
                                 unreadable)
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL, build_vector_index, write_index
@@ -254,7 +255,7 @@ def _embed_images(loaded, source: IndexSource, work: pathlib.Path, out: pathlib.
     if done:
         _log(f"Resuming {out}: {sum(len(chunks[c]) for c in done)} of {source.num_images} images already embedded.",
              options.progress)
-    with tqdm(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
+    with progress_bar(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
               file=sys.stderr) as bar:
         bar.update(sum(len(chunks[c]) for c in done))
         for c, positions in enumerate(chunks):
@@ -290,7 +291,7 @@ def _embed_captions(loaded, source: IndexSource, kept: np.ndarray, work: pathlib
         if path.is_file():
             caption_embeddings = np.load(path)
         else:
-            with tqdm(total=len(captions), desc="embedding captions", unit="caption",
+            with progress_bar(total=len(captions), desc="embedding captions", unit="caption",
                       disable=not options.progress, file=sys.stderr) as bar:
                 caption_embeddings = _embed_batches(lambda batch: embed_texts(loaded, batch),
                                                     [c["text"] for c in captions], options.batch_size, bar)

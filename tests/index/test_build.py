@@ -256,3 +256,19 @@ def test_a_symlink_loop_and_an_image_bomb_in_the_folder_are_skipped_and_listed(t
                     "down",
         "loop.jpg": "unreadable: a symbolic link loop (the link leads back to itself)"}
     assert json.loads((tmp_path / "index" / "manifest.json").read_text())["skipped"] == manifest["skipped"]
+
+
+def test_a_build_logged_to_a_file_is_quiet(tmp_path, tiny_search_run, subprocess_env):
+    env = subprocess_env()
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it
+    log = tmp_path / "index.log"
+    with log.open("w") as stream:  # not a terminal
+        result = subprocess.run([sys.executable, "-m", "kitm.index", f"--run={tiny_search_run}",
+                                 f"--out={tmp_path / 'index'}", "--batch_size=1", "--chunk_size=2"],
+                                stdout=subprocess.PIPE, stderr=stream, text=True, env=env, timeout=300)
+    assert result.returncode == 0, log.read_text()[-3000:]
+    lines = log.read_text().splitlines()
+    # No TensorFlow start-up lines (cuInit, oneDNN); a progress line at the start and the end of each bar (and one
+    # every 30 s), not one per batch.
+    assert all(line.startswith(("embedding images", "embedding captions")) for line in lines), lines
+    assert len(lines) <= 6, lines

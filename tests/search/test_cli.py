@@ -20,3 +20,15 @@ def test_a_port_in_use_is_named_in_one_line_before_serving(tmp_path, capsys):
 def test_a_host_that_is_not_this_machines_is_named(tmp_path, capsys):
     assert main([f"--index={tmp_path}", "--host=no-such-host.invalid", "--port=8123"]) == 2
     assert capsys.readouterr().err.startswith("kitm.search: error: --host=no-such-host.invalid is not an address")
+
+
+def test_tensorflow_is_quieted_before_it_loads(tmp_path, monkeypatch, capsys):
+    import os
+
+    from kitm.tensorflow_logs import has_nvidia_driver
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    main([f"--index={tmp_path / 'missing'}", "--port=70000"])
+    # 3 (fatal only: no cuInit or oneDNN lines) without an NVIDIA driver, as the other commands.
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == ("2" if has_nvidia_driver() else "3")
+    capsys.readouterr()
