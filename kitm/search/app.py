@@ -9,6 +9,10 @@
 | POST /api/search/image?k=10 | body: the image file's bytes; the nearest captions and images |
 | GET /api/search/image/{n}?k=10 | the same for indexed image n |
 | GET /api/thumbnail/{n} | image n's thumbnail |
+| GET /api/docs | this table as a page (offline: FastAPI's Swagger page loads its script from a CDN) |
+| GET /api/openapi.json | the OpenAPI schema of these routes |
+
+The page opens on a query with `/?q=a+red+circle&k=20` (filled in and searched).
 
 Errors answer {"error": "<message>"} with a 4xx status (an empty or over-long query, a non-image upload, too large
 a body, an unknown image) and the server goes on serving; bodies are read up to a bound, never whole first.
@@ -16,12 +20,13 @@ a body, an unknown image) and the server goes on serving; bodies are read up to 
 
 from __future__ import annotations
 
+import html
 import json
 import pathlib
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from kitm.search.engine import MAX_QUERY_CHARS, MAX_UPLOAD_BYTES, QueryError, Searcher
@@ -43,9 +48,24 @@ async def _bounded_body(request, limit: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
+def _routes_page() -> str:
+    """The module docstring's table of routes as a small HTML page (no script, nothing fetched from elsewhere)."""
+    rows = [line.strip("|").split("|") for line in __doc__.splitlines()
+            if line.startswith("| ") and not line.startswith("| route")]
+    cells = "".join(f"<tr><td><code>{html.escape(route.strip())}</code></td><td>{html.escape(what.strip())}</td></tr>"
+                    for route, what in rows)
+    return ("<!doctype html><meta charset='utf-8'><title>kitm search API</title><link rel='stylesheet' "
+            "href='/static/style.css'><h1>kitm search: the JSON API</h1><table><tr><th>route</th><th>what</th></tr>"
+            f"{cells}</table><p>Errors answer <code>{{\"error\": \"...\"}}</code> with a 4xx status. The schema: "
+            "<a href='/api/openapi.json'>/api/openapi.json</a>; examples and limits: docs/search.md (\"The JSON "
+            "API\") in kitm's repository.</p>")
+
+
 def create_app(searcher: Searcher):
     """The FastAPI app serving `searcher`."""
-    app = FastAPI(title="kitm search", docs_url="/api/docs", redoc_url=None, openapi_url="/api/openapi.json")
+    # FastAPI's /docs page loads Swagger UI's script and style from a CDN, so offline (where kitm runs) it is blank,
+    # and the package ships no copy to serve: /api/docs is this module's table of routes instead, served from here.
+    app = FastAPI(title="kitm search", docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(QueryError)
@@ -59,6 +79,10 @@ def create_app(searcher: Searcher):
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def api_docs():
+        return HTMLResponse(_routes_page())
 
     @app.get("/api/info")
     async def info():

@@ -185,6 +185,18 @@ def test_a_person_types_a_caption_and_sees_images_with_their_graded_relevance(se
     assert len(dropped) == 20 and all(r.find_element(By.CSS_SELECTOR, ".relevance").get_attribute("data-value")
                                       for r in dropped)  # recognised as indexed image 1: relevance known
 
+    # The page opened on a query (?q=): filled in and searched; a query of no word the model knows is said so.
+    browser.get(server + "/?q=%E2%80%8B%F0%9F%99%82!!!&k=5")
+    warning = _wait(browser, lambda d: d.find_elements(By.ID, "query-warning"))[0]
+    assert "no words the model can read" in warning.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#image-results tbody tr")) == 5
+    assert browser.find_element(By.ID, "query").get_attribute("value") == "\u200b\U0001F642!!!"
+    browser.find_element(By.ID, "query").clear()
+    browser.find_element(By.ID, "query").send_keys(caption["text"])
+    browser.find_element(By.ID, "search").click()
+    _wait(browser, lambda d: not d.find_elements(By.ID, "query-warning"))
+    assert "q=" in browser.current_url and "k=5" in browser.current_url  # the address names the search
+
 
 def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server, tiny_search_index):
     caption = json.loads((tiny_search_index / "captions.json").read_text())[0]["text"]
@@ -223,6 +235,10 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
         status, answer = _request(server + route, body, headers, method="POST")
         assert (status, message in answer["error"]) == (expected, True), (route, answer)
     assert _request(server + "/api/search/image/99")[0] == 404
+    # The API's page works offline: nothing in it is fetched from another site (FastAPI's Swagger page was blank).
+    with urllib.request.urlopen(server + "/api/docs", timeout=30) as response:
+        page = response.read().decode()
+    assert "/api/search/text" in page and "/api/openapi.json" in page and "http" not in page
     assert _request(server + "/api/search/text?q=a+red+circle&k=2")[1]["relevance_source"] == "cider"
     # Still serving after all of that.
     status, answer = _request(server + "/api/search/image/0?k=5")
