@@ -21,7 +21,9 @@ the whole new one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -35,7 +37,9 @@ from tqdm.auto import tqdm
 
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path, read_json, write_json_atomically
-from kitm.index.sources import THUMBNAIL_SIDE, IndexSource, prepare_image, source_manifest
+from kitm.progress import progress_bar
+from kitm.index.sources import (THUMBNAIL_SIDE, IndexSource, PreparedImage, prepare_image, source_manifest,
+                                unreadable)
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL, build_vector_index, write_index
 
 FORMAT = "kitm.index"
@@ -43,6 +47,9 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DEFAULT_CHUNK = 256
 _STATE = "state.json"
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# Free bytes under which a failed write is put down to a full disk (a write fails with less room than it needs).
+_NEARLY_FULL = 16 * 2**20
 
 
 @dataclasses.dataclass
@@ -78,7 +85,8 @@ def _start_work(work: pathlib.Path, signature: str, progress: bool) -> None:
         _log(f"{work}: left by a build with other inputs, model or options; starting over.", progress)
         shutil.rmtree(work)
     (work / "chunks").mkdir(parents=True)
-    write_json_atomically(work / _STATE, {"signature": signature})
+    with _room(work / _STATE):
+        write_json_atomically(work / _STATE, {"signature": signature})
 
 
 def _chunk_path(work: pathlib.Path, chunk: int) -> pathlib.Path:
@@ -99,8 +107,10 @@ def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int,
 
     import tensorflow as tf
 
+    # A file that could not be read comes as its OSError (kitm.index.sources.read_file): skipped, with the reason.
     raw = source.read(positions)
-    prepared = [prepare_image(data) for data in raw]
+    prepared = [prepare_image(data) if isinstance(data, bytes) else PreparedImage(None, None, error=unreadable(data))
+                for data in raw]
     readable = [i for i, item in enumerate(prepared) if item.error is None]
     bar.update(len(prepared) - len(readable))
     try:
@@ -120,18 +130,53 @@ def _embed_chunk(loaded, source: IndexSource, positions: range, batch_size: int,
     thumbs = [item.thumbnail or b"" for item in prepared]
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in thumbs])]).astype(np.int64)
     return {"embeddings": embeddings, "valid": valid,
-            "sha256": np.array([hashlib.sha256(data).hexdigest() for data in raw]),
+            "sha256": np.array([hashlib.sha256(data if isinstance(data, bytes) else b"").hexdigest()
+                                for data in raw]),
             "errors": np.array(errors), "thumb_types": np.array([item.thumbnail_type for item in prepared]),
             "thumbs": np.frombuffer(b"".join(thumbs), np.uint8), "thumb_offsets": offsets}
 
 
+def _lack_of_room(path: pathlib.Path) -> int | None:
+    """EFBIG when `path` has reached the file-size limit (ulimit -f), ENOSPC when its disk is full, else None."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if limit != resource.RLIM_INFINITY and size >= limit:
+        return errno.EFBIG
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return None
+    return errno.ENOSPC if free < _NEARLY_FULL else None
+
+
+@contextlib.contextmanager
+def _room(path: pathlib.Path):
+    """Writes to `path` that fail for lack of room raise OSError(ENOSPC or EFBIG, path), which
+    `kitm.files.no_room_error` turns into kitm.data.build's one line (the file, the cause, the fix).
+
+    Not every writer says why it stopped: numpy's np.save says "25600000 requested and 1279968 written", faiss a
+    RuntimeError, Python's write an errno without the file. So the cause is read from the file and its disk."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        code = error.errno if isinstance(error, OSError) and error.errno in _NO_ROOM else _lack_of_room(path)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), str(path)) from error
+
+
 def _save_npz(path: pathlib.Path, arrays: dict) -> None:
-    with atomic_path(path, ".npz") as tmp:
+    with atomic_path(path, ".npz") as tmp, _room(tmp):
         np.savez(tmp, **arrays)
 
 
 def _save_npy(path: pathlib.Path, array: np.ndarray) -> None:
-    with atomic_path(path, ".npy") as tmp:
+    with atomic_path(path, ".npy") as tmp, _room(tmp):
         np.save(tmp, array)
 
 
@@ -195,7 +240,8 @@ def build_index(source: IndexSource, export_dir: str | os.PathLike, out: str | o
         _write_files(tmp, source, parts, kept, image_embeddings, image_index, captions, caption_embeddings,
                      caption_index)
         manifest["seconds"]["total"] = round(time.perf_counter() - began, 3)
-        write_json_atomically(tmp / MANIFEST, manifest)
+        with _room(tmp / MANIFEST):
+            write_json_atomically(tmp / MANIFEST, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
 
@@ -209,7 +255,7 @@ def _embed_images(loaded, source: IndexSource, work: pathlib.Path, out: pathlib.
     if done:
         _log(f"Resuming {out}: {sum(len(chunks[c]) for c in done)} of {source.num_images} images already embedded.",
              options.progress)
-    with tqdm(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
+    with progress_bar(total=source.num_images, desc="embedding images", unit="image", disable=not options.progress,
               file=sys.stderr) as bar:
         bar.update(sum(len(chunks[c]) for c in done))
         for c, positions in enumerate(chunks):
@@ -245,7 +291,7 @@ def _embed_captions(loaded, source: IndexSource, kept: np.ndarray, work: pathlib
         if path.is_file():
             caption_embeddings = np.load(path)
         else:
-            with tqdm(total=len(captions), desc="embedding captions", unit="caption",
+            with progress_bar(total=len(captions), desc="embedding captions", unit="caption",
                       disable=not options.progress, file=sys.stderr) as bar:
                 caption_embeddings = _embed_batches(lambda batch: embed_texts(loaded, batch),
                                                     [c["text"] for c in captions], options.batch_size, bar)
@@ -287,24 +333,33 @@ def _write_files(tmp: pathlib.Path, source: IndexSource, parts: list, kept: np.n
                  captions, caption_embeddings, caption_index) -> None:
     """Every file of the index but the manifest into the folder `tmp` (the module docstring's table)."""
     images = _image_records(source, parts, kept)
-    write_index(image_index.index, tmp / "images.faiss")
-    np.save(tmp / "image_embeddings.npy", image_embeddings)
-    with open(tmp / "thumbnails.bin", "wb") as stream:
+    with _room(tmp / "images.faiss"):
+        write_index(image_index.index, tmp / "images.faiss")
+    with _room(tmp / "image_embeddings.npy"):
+        np.save(tmp / "image_embeddings.npy", image_embeddings)
+    with _room(tmp / "thumbnails.bin"), open(tmp / "thumbnails.bin", "wb") as stream:
         sizes = []
         for part in parts:
             for i in np.flatnonzero(part["valid"]):
                 begin, end = part["thumb_offsets"][i], part["thumb_offsets"][i + 1]
                 stream.write(part["thumbs"][begin:end].tobytes())
                 sizes.append(end - begin)
-    np.save(tmp / "thumbnail_offsets.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-    (tmp / "images.json").write_text(json.dumps(images, ensure_ascii=False))
+    with _room(tmp / "thumbnail_offsets.npy"):
+        np.save(tmp / "thumbnail_offsets.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    with _room(tmp / "images.json"):
+        (tmp / "images.json").write_text(json.dumps(images, ensure_ascii=False))
     if captions is not None:
-        write_index(caption_index.index, tmp / "captions.faiss")
-        np.save(tmp / "caption_embeddings.npy", caption_embeddings)
-        (tmp / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
-        _document_frequency([source.captions[old] for old in kept]).save(tmp / "document_frequency.json.gz")
+        with _room(tmp / "captions.faiss"):
+            write_index(caption_index.index, tmp / "captions.faiss")
+        with _room(tmp / "caption_embeddings.npy"):
+            np.save(tmp / "caption_embeddings.npy", caption_embeddings)
+        with _room(tmp / "captions.json"):
+            (tmp / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
+        with _room(tmp / "document_frequency.json.gz"):
+            _document_frequency([source.captions[old] for old in kept]).save(tmp / "document_frequency.json.gz")
     if source.scene_facts is not None:
         cpi = len(source.captions[0])
         caption_rows = (kept[:, None] * cpi + np.arange(cpi)).reshape(-1)
-        np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
-                 caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))
+        with _room(tmp / "truth.npz"):
+            np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
+                     caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))

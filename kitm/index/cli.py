@@ -18,9 +18,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kitm.errors import CliError, OneLineArgumentParser
+from kitm.errors import CliError, KitmError, OneLineArgumentParser
+from kitm.files import no_room_error
 from kitm.index.build import DEFAULT_CHUNK, BuildOptions
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.index"
 EXIT_BAD_INPUT = 2
@@ -116,10 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
     from kitm.eval.cli import _one_line
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_logs()  # before TensorFlow is imported: no cuInit or oneDNN lines on a machine without a GPU
     try:
         return _run(build_parser().parse_args(argv))
     except Exception as error:  # noqa: BLE001 (TensorFlow's errors are known only once imported)
+        # A full disk or a file-size limit, named with its file, as kitm.data.build does (kitm.files).
+        error = (None if isinstance(error, KitmError) else no_room_error(error)) or error
         if not isinstance(error, _handled_errors()):
             raise
         print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)

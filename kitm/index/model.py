@@ -72,3 +72,34 @@ def embed_texts(loaded, texts: list[str]):
     import tensorflow as tf
 
     return loaded.signatures["encode_text"](captions=tf.constant(texts))["embeddings"].numpy()
+
+
+def model_vocabulary(loaded) -> frozenset[str] | None:
+    """The words a kitm SavedModel's caption tokenizer knows (its lookup table: word -> ids 2, 3, ...; 0 is padding
+    and 1 unknown, `kitm.layers.tokenizer`), or None where it has no such table (a subword tokenizer's model, as a
+    fine-tuned CLIP, knows every word in pieces)."""
+    import tensorflow as tf
+
+    found = None
+    for table in getattr(loaded, "_misc_assets", None) or ():  # the tracked tables of a Keras ExportArchive
+        try:
+            keys, values = tf.raw_ops.LookupTableExportV2(table_handle=table.resource_handle, Tkeys=tf.string,
+                                                          Tvalues=tf.int64)
+        except (AttributeError, TypeError, tf.errors.OpError):
+            continue
+        values = values.numpy()
+        if len(values) and sorted(values.tolist()) == list(range(2, len(values) + 2)):
+            if found is not None:
+                return None  # two word tables: which one the text tower reads is unknown
+            found = frozenset(word.decode("utf-8", "replace") for word in keys.numpy())
+    return found
+
+
+def query_words(text: str) -> list[str]:
+    """The words of `text` as kitm's caption tokenizer sees them (case-folded, split by script, punctuation and
+    symbols dropped)."""
+    import tensorflow as tf
+
+    from kitm.layers.tokenizer import split_words
+
+    return [word.decode("utf-8", "replace") for word in split_words(tf.constant([text])).flat_values.numpy()]

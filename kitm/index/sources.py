@@ -8,17 +8,21 @@ signature decodes (PNG, JPEG, GIF, BMP), and a thumbnail per image for the searc
 A photo is stored by cameras as it was shot plus an EXIF orientation; TensorFlow's decoder ignores that tag, so a
 photo with one is rotated upright (Pillow's ``exif_transpose``) and re-encoded before it is embedded, as a person
 sees it. WebP, which the SavedModel does not decode, is re-encoded as PNG. A file Pillow cannot read is skipped and
-named in the build's report, never silently embedded as something else.
+named in the build's report, never silently embedded as something else; so is one that cannot be read at all (a
+symbolic link loop) or declares more than `MAX_IMAGE_PIXELS` pixels.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
 import os
 import pathlib
+import re
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -30,6 +34,11 @@ THUMBNAIL_SIDE = 192
 # The formats the SavedModel's encode_image decodes (kitm.serving.export checks their first bytes).
 _DECODABLE = {"PNG", "JPEG", "GIF", "BMP"}
 _EXIF_ORIENTATION = 0x0112
+# The most pixels an image may declare: it is refused from its header, before any decoding. A file of a few
+# kilobytes can declare 12000 x 12000 pixels (a "decompression bomb"): decoded, it took 1-2 GB of the search server's
+# memory per upload, and 400 MP raised Pillow's own DecompressionBombError. 40 MP holds every camera photo
+# (a 45 MP full-frame sensor aside: 8256 x 5504) and decodes into at most 160 MB (RGBA).
+MAX_IMAGE_PIXELS = 40_000_000
 
 
 @dataclasses.dataclass
@@ -40,6 +49,7 @@ class PreparedImage:
     thumbnail: bytes | None
     thumbnail_type: str = "image/jpeg"
     error: str | None = None
+    too_large: bool = False
 
 
 @dataclasses.dataclass
@@ -90,12 +100,42 @@ def folder_source(folder: str | os.PathLike) -> IndexSource:
         raise KitmDataError(f"--images={folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}).")
     digest = hashlib.sha256()
     for path in paths:
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except OSError:  # a link loop or a dangling link: skipped when read, and named
+            stat = path.lstat()
         digest.update(f"{path.relative_to(folder).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    resolved = [str(path.resolve()) for path in paths]
+    resolved = [_resolved(path) for path in paths]
     return IndexSource(kind="folder", description={"folder": str(folder.resolve())}, paths=resolved,
-                       read=lambda positions: [pathlib.Path(resolved[i]).read_bytes() for i in positions],
+                       read=lambda positions: [read_file(resolved[i]) for i in positions],
                        signature=digest.hexdigest())
+
+
+def _resolved(path: pathlib.Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a symbolic link loop (Python < 3.13 raises RuntimeError)
+        return str(path.absolute())
+
+
+def read_file(path: str | os.PathLike) -> bytes | OSError:
+    """The bytes of the file at `path`, or the OSError that stopped reading them: one unreadable file (a link loop,
+    a link to a folder, no permission) is skipped and named by the build, which goes on."""
+    try:
+        return pathlib.Path(path).read_bytes()
+    except OSError as error:
+        return error
+
+
+def unreadable(error: OSError) -> str:
+    """Why a file could not be read, as the build's manifest lists it."""
+    if error.errno == errno.ELOOP:
+        return "unreadable: a symbolic link loop (the link leads back to itself)"
+    if isinstance(error, IsADirectoryError):
+        return "unreadable: a folder (a link to one), not an image file"
+    if isinstance(error, FileNotFoundError):
+        return "unreadable: a link to a file that does not exist"
+    return f"unreadable: {error.strerror or error}"
 
 
 def dataset_splits(text: str, available: Sequence[str]) -> list[str]:
@@ -155,16 +195,39 @@ def _encode(image, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+def _too_large(size) -> str | None:
+    width, height = size
+    if width * height <= MAX_IMAGE_PIXELS:
+        return None
+    return (f"too large: {width} x {height} pixels ({width * height / 1e6:,.0f} MP) where at most "
+            f"{MAX_IMAGE_PIXELS / 1e6:.0f} MP are decoded (kitm.index.sources.MAX_IMAGE_PIXELS); scale it down")
+
+
 def prepare_image(data: bytes, *, thumbnail_side: int = THUMBNAIL_SIDE) -> PreparedImage:
-    """The bytes to embed (upright, a decodable format) and a thumbnail of at most `thumbnail_side` px a side."""
+    """The bytes to embed (upright, a decodable format) and a thumbnail of at most `thumbnail_side` px a side.
+
+    An image declaring more than `MAX_IMAGE_PIXELS` pixels in its header is refused (`too_large`) before it is
+    decoded; so is any file Pillow cannot read (`error` says why)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as opened:
+        # Pillow warns from its own limit (89 MP) up; ours is lower and refuses before decoding.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(data))
+        with opened:
             fmt = opened.format
+            if (too_large := _too_large(opened.size)) is not None:
+                return PreparedImage(None, None, error=too_large, too_large=True)
             orientation = opened.getexif().get(_EXIF_ORIENTATION, 1)
             opened.load()
             image = ImageOps.exif_transpose(opened) if orientation not in (None, 1) else opened.copy()
+    except Image.DecompressionBombError as error:  # over twice Pillow's limit: refused by Pillow at open
+        size = re.search(r"\((\d+) pixels\)", str(error))
+        pixels = f" ({int(size.group(1)) / 1e6:,.0f} MP)" if size else ""
+        return PreparedImage(None, None, too_large=True,
+                             error=f"too large{pixels}: at most {MAX_IMAGE_PIXELS / 1e6:.0f} MP are decoded "
+                                   "(kitm.index.sources.MAX_IMAGE_PIXELS); scale it down")
     except UnidentifiedImageError:
         return PreparedImage(None, None, error="not a PNG, JPEG, GIF, BMP or WebP image (Pillow cannot identify it)")
     except (OSError, SyntaxError, ValueError) as error:

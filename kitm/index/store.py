@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import zipfile
 
 import numpy as np
 
@@ -62,15 +63,54 @@ class Index:
         return list(range(position * cpi, (position + 1) * cpi)) if self.captions else []
 
 
-def _json(path: pathlib.Path):
+def rebuild_command(root: pathlib.Path, manifest: dict | None) -> str:
+    """The kitm.index command that builds the index at `root` again (from what its manifest recorded)."""
+    manifest = manifest if isinstance(manifest, dict) else {}
+    model = (manifest.get("model") or {}).get("export_dir") or "<the SavedModel>"
+    source = manifest.get("source") or {}
+    images = source.get("folder") or source.get("data_dir") or "<the photos or dataset>"
+    split = f" --split={','.join(source['splits'])}" if source.get("splits") else ""
+    return f"python -m kitm.index --export_dir={model} --images={images}{split} --out={root} --overwrite"
+
+
+def _damaged(path: pathlib.Path, what: str, root: pathlib.Path, manifest: dict | None) -> KitmDataError:
+    return KitmDataError(f"{path} is damaged ({what}): the index at {root} cannot be served. Rebuild it: "
+                         f"{rebuild_command(root, manifest)}")
+
+
+def _json(path: pathlib.Path, root: pathlib.Path, manifest: dict | None = None):
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise KitmDataError(f"{path} is unreadable ({error}); rebuild the index with python -m kitm.index.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _damaged(path, f"unreadable: {error}", root, manifest) from None
+
+
+def _array(path: pathlib.Path, shape: tuple, root: pathlib.Path, manifest: dict):
+    """The .npy at `path`, memory-mapped, checked to have `shape` (None: any length) and its whole data."""
+    try:
+        array = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as error:  # a truncated file: numpy's "mmap length is greater ..."
+        raise _damaged(path, f"unreadable: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+                       root, manifest) from None
+    if len(array.shape) != len(shape) or any(want is not None and got != want for got, want in zip(array.shape, shape)):
+        raise _damaged(path, f"shape {tuple(array.shape)} where {tuple('N' if w is None else w for w in shape)} was "
+                             "expected", root, manifest)
+    return array
+
+
+def _faiss_index(path: pathlib.Path, described: dict, root: pathlib.Path, manifest: dict):
+    try:
+        return read_index(path, described.get("ef_search"))
+    except KitmDataError:
+        raise _damaged(path, "not a readable faiss index", root, manifest) from None
 
 
 def load_index(root: str | os.PathLike) -> Index:
-    """The index at `root` (KitmDataError naming the file when it is missing, unfinished or of another format)."""
+    """The index at `root` (KitmDataError naming the file when it is missing, unfinished, damaged or of another
+    format, with the command that rebuilds it).
+
+    Every file is checked against the others when the index is opened (the search server's start), not when a
+    query first reads it: lengths of the embeddings, thumbnail offsets and thumbnails, vectors in each faiss file."""
     root = pathlib.Path(root)
     if not (root / MANIFEST).is_file():
         partial = root.with_name(root.name + ".partial")
@@ -78,27 +118,50 @@ def load_index(root: str | os.PathLike) -> Index:
                 "it)") if partial.is_dir() else ""
         raise KitmDataError(f"No index at {root}: {root / MANIFEST} is missing{hint}. Build one with python -m "
                             "kitm.index --run=<run> --images=<folder or dataset> --out=<dir>.")
-    manifest = _json(root / MANIFEST)
-    if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+    manifest = _json(root / MANIFEST, root)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+        found = manifest if isinstance(manifest, dict) else {}
         raise KitmDataError(f"{root / MANIFEST} is not a kitm index of version {FORMAT_VERSION} (format "
-                            f"{manifest.get('format')!r}, version {manifest.get('version')!r}); rebuild it.")
-    images = _json(root / "images.json")
-    index = Index(root=root, manifest=manifest, images=images,
-                  image_index=read_index(root / "images.faiss", manifest["images_index"].get("ef_search")),
-                  thumbnail_offsets=np.load(root / "thumbnail_offsets.npy"))
-    if index.image_index.ntotal != len(images):
-        raise KitmDataError(f"{root / 'images.faiss'} holds {index.image_index.ntotal} vectors but images.json "
-                            f"{len(images)} images: the index is damaged; rebuild it.")
+                            f"{found.get('format')!r}, version {found.get('version')!r}); rebuild it: "
+                            f"{rebuild_command(root, found)}")
+    images = _json(root / "images.json", root, manifest)
+    num, dim = len(images), int(manifest["model"]["embedding_dim"])
+    if num != manifest.get("num_images"):
+        raise _damaged(root / "images.json", f"{num} images where manifest.json says {manifest.get('num_images')}",
+                       root, manifest)
+    _array(root / "image_embeddings.npy", (num, dim), root, manifest)
+    offsets = np.asarray(_array(root / "thumbnail_offsets.npy", (num + 1,), root, manifest))
+    thumbnails = root / "thumbnails.bin"
+    size = thumbnails.stat().st_size if thumbnails.is_file() else None
+    if size is None or offsets[0] != 0 or (np.diff(offsets) < 0).any() or int(offsets[-1]) != size:
+        raise _damaged(thumbnails, "missing" if size is None else
+                       f"{size:,} bytes where thumbnail_offsets.npy ends at {int(offsets[-1]):,}", root, manifest)
+    index = Index(root=root, manifest=manifest, images=images, thumbnail_offsets=offsets,
+                  image_index=_faiss_index(root / "images.faiss", manifest["images_index"], root, manifest))
+    if index.image_index.ntotal != num:
+        raise _damaged(root / "images.faiss", f"{index.image_index.ntotal} vectors where images.json has {num} "
+                                              "images", root, manifest)
     if manifest.get("captions_index"):
-        index.captions = _json(root / "captions.json")
-        index.caption_index = read_index(root / "captions.faiss", manifest["captions_index"].get("ef_search"))
+        index.captions = _json(root / "captions.json", root, manifest)
+        num_captions = len(index.captions)
+        _array(root / "caption_embeddings.npy", (num_captions, dim), root, manifest)
+        index.caption_index = _faiss_index(root / "captions.faiss", manifest["captions_index"], root, manifest)
+        if index.caption_index.ntotal != num_captions:
+            raise _damaged(root / "captions.faiss", f"{index.caption_index.ntotal} vectors where captions.json has "
+                                                    f"{num_captions} captions", root, manifest)
         from kitm.relevance import DocumentFrequency
 
         if (root / "document_frequency.json.gz").is_file():
-            index.document_frequency = DocumentFrequency.load(root / "document_frequency.json.gz")
+            try:
+                index.document_frequency = DocumentFrequency.load(root / "document_frequency.json.gz")
+            except (OSError, EOFError, ValueError) as error:
+                raise _damaged(root / "document_frequency.json.gz", f"unreadable: {error}", root, manifest) from None
     if (root / "truth.npz").is_file():
-        with np.load(root / "truth.npz") as truth:
-            index.scene_facts = truth["scene_facts"]
-            index.caption_facts = truth["caption_facts"]
-            index.image_size = int(truth["image_size"])
+        try:
+            with np.load(root / "truth.npz") as truth:
+                index.scene_facts = truth["scene_facts"]
+                index.caption_facts = truth["caption_facts"]
+                index.image_size = int(truth["image_size"])
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+            raise _damaged(root / "truth.npz", f"unreadable: {error}", root, manifest) from None
     return index

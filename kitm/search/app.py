@@ -9,6 +9,10 @@
 | POST /api/search/image?k=10 | body: the image file's bytes; the nearest captions and images |
 | GET /api/search/image/{n}?k=10 | the same for indexed image n |
 | GET /api/thumbnail/{n} | image n's thumbnail |
+| GET /api/docs | this table as a page (offline: FastAPI's Swagger page loads its script from a CDN) |
+| GET /api/openapi.json | the OpenAPI schema of these routes |
+
+The page opens on a query with `/?q=a+red+circle&k=20` (filled in and searched).
 
 Errors answer {"error": "<message>"} with a 4xx status (an empty or over-long query, a non-image upload, too large
 a body, an unknown image) and the server goes on serving; bodies are read up to a bound, never whole first.
@@ -16,12 +20,13 @@ a body, an unknown image) and the server goes on serving; bodies are read up to 
 
 from __future__ import annotations
 
+import html
 import json
 import pathlib
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from kitm.search.engine import MAX_QUERY_CHARS, MAX_UPLOAD_BYTES, QueryError, Searcher
@@ -43,9 +48,24 @@ async def _bounded_body(request, limit: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
+def _routes_page() -> str:
+    """The module docstring's table of routes as a small HTML page (no script, nothing fetched from elsewhere)."""
+    rows = [line.strip("|").split("|") for line in __doc__.splitlines()
+            if line.startswith("| ") and not line.startswith("| route")]
+    cells = "".join(f"<tr><td><code>{html.escape(route.strip())}</code></td><td>{html.escape(what.strip())}</td></tr>"
+                    for route, what in rows)
+    return ("<!doctype html><meta charset='utf-8'><title>kitm search API</title><link rel='stylesheet' "
+            "href='/static/style.css'><h1>kitm search: the JSON API</h1><table><tr><th>route</th><th>what</th></tr>"
+            f"{cells}</table><p>Errors answer <code>{{\"error\": \"...\"}}</code> with a 4xx status. The schema: "
+            "<a href='/api/openapi.json'>/api/openapi.json</a>; examples and limits: docs/search.md (\"The JSON "
+            "API\") in kitm's repository.</p>")
+
+
 def create_app(searcher: Searcher):
     """The FastAPI app serving `searcher`."""
-    app = FastAPI(title="kitm search", docs_url="/api/docs", redoc_url=None, openapi_url="/api/openapi.json")
+    # FastAPI's /docs page loads Swagger UI's script and style from a CDN, so offline (where kitm runs) it is blank,
+    # and the package ships no copy to serve: /api/docs is this module's table of routes instead, served from here.
+    app = FastAPI(title="kitm search", docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(QueryError)
@@ -60,6 +80,10 @@ def create_app(searcher: Searcher):
     async def page():
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
+    @app.get("/api/docs", include_in_schema=False)
+    async def api_docs():
+        return HTMLResponse(_routes_page())
+
     @app.get("/api/info")
     async def info():
         return searcher.info()
@@ -69,7 +93,7 @@ def create_app(searcher: Searcher):
         body = await _bounded_body(request, _MAX_JSON_BYTES, "request body")
         try:
             payload = json.loads(body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:  # not JSON, not UTF-8, or an integer of more than 4,300 digits (Python's bound)
             raise QueryError('The body must be JSON: {"query": "a red circle", "k": 10}.') from None
         if not isinstance(payload, dict) or "query" not in payload:
             raise QueryError('The body must be a JSON object with a "query": {"query": "a red circle", "k": 10}.')
@@ -96,9 +120,12 @@ def create_app(searcher: Searcher):
     return app
 
 
-def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Serve the app with uvicorn until interrupted."""
+def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning",
+          sock=None) -> None:
+    """Serve the app with uvicorn until interrupted; on `sock` (bound and listening) where given, else on
+    `host`:`port`."""
     import uvicorn
 
-    uvicorn.run(create_app(searcher), host=host, port=port, log_level=log_level,
-                limit_concurrency=64, timeout_keep_alive=5)
+    config = uvicorn.Config(create_app(searcher), host=host, port=port, log_level=log_level,
+                            limit_concurrency=64, timeout_keep_alive=5)
+    uvicorn.Server(config).run(sockets=None if sock is None else [sock])

@@ -13,11 +13,13 @@ Bad input ends with one line ``kitm.search: error: ...`` on stderr and exit stat
 from __future__ import annotations
 
 import argparse
-import os
+import errno
+import socket
 import sys
 from collections.abc import Sequence
 
 from kitm.errors import CliError, OneLineArgumentParser
+from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.search"
 EXIT_BAD_INPUT = 2
@@ -40,17 +42,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` and listening, for uvicorn to serve on; CliError naming the port when it is
+    taken (another server: uvicorn said so only after "serving on ..." was printed) or not this machine's."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as error:
+        raise CliError(f"--host={host} is not an address this machine can listen on ({error.strerror}); give "
+                       "127.0.0.1 (this machine only) or 0.0.0.0 (every network).") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait for TIME_WAIT
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise CliError(f"--port={port}: port {port} on {host} is in use by another program (another "
+                           f"kitm.search?): stop it, or give another port, e.g. --port={port + 1}.") from None
+        if error.errno == errno.EACCES:
+            raise CliError(f"--port={port}: ports below 1024 need administrator rights; give a port from 1024 up, "
+                           "e.g. --port=8000.") from None
+        raise CliError(f"--host={host} --port={port}: cannot listen there ({error.strerror}).") from None
+    return sock
+
+
 def _run(args: argparse.Namespace) -> int:
     from kitm.search.app import serve
     from kitm.search.engine import Searcher
 
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535; got {args.port}.")
-    searcher = Searcher.open(args.index, args.export_dir)
-    info = searcher.info()
-    print(f"kitm.search: {args.index}: {info['num_images']} images, {info['num_captions']} captions; "
-          f"serving on http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
-    serve(searcher, host=args.host, port=args.port, log_level=args.log_level)
+    # The port first: a taken one is said in one line, before the model loads and before "serving".
+    sock = listening_socket(args.host, args.port)
+    try:
+        searcher = Searcher.open(args.index, args.export_dir)
+        info = searcher.info()
+        print(f"kitm.search: {args.index}: {info['num_images']} images, {info['num_captions']} captions; "
+              f"serving on http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
+        serve(searcher, host=args.host, port=args.port, log_level=args.log_level, sock=sock)
+    finally:
+        sock.close()
     return 0
 
 
@@ -58,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default ``sys.argv[1:]``); returns the exit status (0, or 2 on bad input)."""
     from kitm.eval.cli import _one_line
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_logs()  # before TensorFlow is imported: no cuInit or oneDNN lines on a machine without a GPU
     try:
         return _run(build_parser().parse_args(argv))
     except (CliError, ValueError, OSError) as error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import pathlib
 import threading
@@ -18,11 +19,15 @@ import time
 import numpy as np
 
 from kitm.errors import KitmDataError, KitmError
+from kitm.index.sources import MAX_IMAGE_PIXELS
 from kitm.search.relevance import image_query_relevance, normalized, text_query_relevance
 
 MAX_QUERY_CHARS = 1000
 MAX_RESULTS = 100
 MAX_UPLOAD_BYTES = 20 * 2**20
+# Uploads decoded at once: each may take up to MAX_IMAGE_PIXELS x 4 bytes (160 MB) and a copy or two while Pillow
+# turns it upright; the others wait their turn, so a burst of uploads cannot add more than about 1 GB.
+MAX_DECODES_IN_FLIGHT = 2
 
 
 class QueryError(KitmError, ValueError):
@@ -41,8 +46,11 @@ class Searcher:
     model: object
     export_dir: pathlib.Path
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _decoding: threading.BoundedSemaphore = dataclasses.field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_DECODES_IN_FLIGHT))
     _caption_rows: dict = dataclasses.field(default_factory=dict)
     _digests: dict = dataclasses.field(default_factory=dict)
+    vocabulary: frozenset | None = None
 
     @classmethod
     def open(cls, index_dir: str | os.PathLike, export_dir: str | os.PathLike | None = None) -> Searcher:
@@ -63,7 +71,10 @@ class Searcher:
                 f"{recorded['fingerprint']}) than the SavedModel at {export_dir} (fingerprint {fingerprint}): its "
                 "queries would land in another embedding space. Rebuild the index with this model (python -m "
                 f"kitm.index --export_dir={export_dir} ...), or serve it with the model it was built with.")
-        searcher = cls(index=index, model=load_model(export_dir), export_dir=export_dir)
+        from kitm.index.model import model_vocabulary
+
+        model = load_model(export_dir)
+        searcher = cls(index=index, model=model, export_dir=export_dir, vocabulary=model_vocabulary(model))
         probe = searcher._embed_text("a")
         if probe.shape[-1] != index.embedding_dim:
             raise KitmDataError(f"The SavedModel at {export_dir} embeds into {probe.shape[-1]} dimensions but the "
@@ -102,13 +113,20 @@ class Searcher:
     # --- checks ----------------------------------------------------------------------------------------------------
     @staticmethod
     def check_k(k) -> int:
-        try:
-            k = int(k)
-        except (TypeError, ValueError):
-            raise QueryError(f"k must be a whole number of results (1 to {MAX_RESULTS}); got {k!r}.") from None
-        if not 1 <= k <= MAX_RESULTS:
-            raise QueryError(f"k must be between 1 and {MAX_RESULTS}; got {k}.")
-        return k
+        """`k`, the number of results: a JSON integer, or a string of ASCII digits (a URL's ?k=), from 1 to
+        MAX_RESULTS. Anything else is refused, never rounded or coerced: 1.5, true, Infinity, 1e400, "٣"."""
+        if isinstance(k, str) and k.strip().isascii() and k.strip().isdigit() and len(k.strip()) <= 6:
+            value = int(k.strip())
+        elif isinstance(k, int) and not isinstance(k, bool):
+            value = k
+        else:
+            shown = json.dumps(k, ensure_ascii=False) if isinstance(k, (str, float, bool)) or k is None else repr(k)
+            raise QueryError(f"k (the number of results) must be an integer from 1 to {MAX_RESULTS}; got "
+                             f"{shown[:40]}.")
+        if not 1 <= value <= MAX_RESULTS:
+            raise QueryError(f"k (the number of results) must be an integer from 1 to {MAX_RESULTS}; got "
+                             f"{str(value)[:40]}.")
+        return value
 
     @staticmethod
     def check_query(query) -> str:
@@ -131,6 +149,7 @@ class Searcher:
         """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
         started = time.perf_counter()
         query, k = self.check_query(query), self.check_k(k)
+        words = self.query_words(query)
         vector = self._embed_text(query)
         positions, scores = self._search(self.index.image_index, vector, k)
         matched = self._caption_rows.get(normalized(query))
@@ -140,9 +159,37 @@ class Searcher:
                    for rank, (position, score) in enumerate(zip(positions, scores))]
         return {"query": query, "k": k, "results": results, "relevance_source": graded.source,
                 "relevance_note": graded.note,
+                **words,
                 "matched_caption": None if matched is None else {"caption": int(matched),
                                                                  "image": int(self.index.captions[matched]["image"])},
                 "seconds": round(time.perf_counter() - started, 4)}
+
+    def query_words(self, query: str) -> dict:
+        """{"num_words", "unknown_words", "warning"}: how many words the model reads in the query, those its
+        vocabulary lacks, and a warning when some are unknown (None: all are known, or the model's vocabulary is not
+        known).
+
+        A query of words the model never saw (emoji, "!!!", a zero-width space, another script) is embedded as an
+        empty caption and still gets scores as high as a real one's: the page says so instead of looking sure."""
+        from kitm.index.model import query_words
+
+        if self.vocabulary is None:
+            return {"num_words": None, "unknown_words": None, "warning": None}
+        words = query_words(query)
+        unknown = [word for word in words if word not in self.vocabulary]
+        size = f"{len(self.vocabulary):,} words from its training captions"
+        if not words:
+            warning = ("The query has no words the model can read: only punctuation, symbols, emoji or invisible "
+                       "characters, which the model drops. The results below answer an empty caption, not the query.")
+        elif len(unknown) == len(words):
+            warning = (f"None of the query's words ({', '.join(unknown[:10])}) is in the model's vocabulary "
+                       f"({size}): the results below answer an empty caption, not the query.")
+        elif unknown:
+            warning = (f"{len(unknown)} of the query's {len(words)} words are not in the model's vocabulary ({size}) "
+                       f"and are ignored: {', '.join(unknown[:10])}.")
+        else:
+            warning = None
+        return {"num_words": len(words), "unknown_words": unknown, "warning": warning}
 
     def search_image_bytes(self, data: bytes, k=10) -> dict:
         """The captions (and images) nearest to the uploaded image `data`."""
@@ -154,11 +201,15 @@ class Searcher:
         if len(data) > MAX_UPLOAD_BYTES:
             raise QueryError(f"The upload is {len(data):,} bytes; images of at most {MAX_UPLOAD_BYTES:,} bytes are "
                              "searched.", 413)
-        prepared = prepare_image(data)
-        if prepared.error:
-            raise QueryError(f"The upload is {prepared.error}: drop a photo or picture file.", 415)
+        with self._decoding:
+            prepared = prepare_image(data)
+            if prepared.too_large:
+                raise QueryError(f"The upload is {prepared.error}.", 413)
+            if prepared.error:
+                raise QueryError(f"The upload is {prepared.error}: drop a photo or picture file.", 415)
+            vector = self._embed_image(prepared.model_bytes)
         position = self._digests.get(hashlib.sha256(data).hexdigest())
-        return self._search_image(self._embed_image(prepared.model_bytes), position, k)
+        return self._search_image(vector, position, k)
 
     def search_indexed_image(self, position, k=10) -> dict:
         """The captions (and images) nearest to indexed image `position`."""
@@ -210,4 +261,4 @@ class Searcher:
                 "model": {"export_dir": str(self.export_dir), "embedding_dim": manifest["model"]["embedding_dim"]},
                 "images_index": manifest["images_index"], "captions_index": manifest["captions_index"],
                 "limits": {"max_query_chars": MAX_QUERY_CHARS, "max_results": MAX_RESULTS,
-                           "max_upload_bytes": MAX_UPLOAD_BYTES}}
+                           "max_upload_bytes": MAX_UPLOAD_BYTES, "max_image_pixels": MAX_IMAGE_PIXELS}}

@@ -177,3 +177,98 @@ def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_r
     assert f"Resuming {out}: {kept} of 150 images already embedded" in result.stderr
     assert "Index: " in result.stdout and "150 images" in result.stdout
     assert not (tmp_path / "index.partial").exists() and load_index(out).num_images == 150
+
+
+_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.RLIM_INFINITY))
+{body}
+"""
+
+
+def test_a_file_size_limit_on_a_numpy_write_is_named_with_its_file_and_cause(tmp_path, subprocess_env):
+    # np.save says only "8000000 requested and 100000 written" (an OSError without errno or file): kitm.index
+    # reads the cause from the file and its limit.
+    body = """
+import pathlib
+import numpy as np
+from kitm.files import no_room_error
+from kitm.index.build import _save_npy
+try:
+    _save_npy(pathlib.Path(sys.argv[2]), np.zeros(1_000_000))
+except Exception as error:
+    print(no_room_error(error))
+"""
+    target = tmp_path / "caption_embeddings.npy"
+    result = subprocess.run([sys.executable, "-c", _UNDER_A_FILE_SIZE_LIMIT.format(body=body), "100000", str(target)],
+                            capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert result.stdout.strip() == (
+        f"Writing {tmp_path / 'caption_embeddings.partial.npy'} failed: File too large. The disk is full, or a disk "
+        "quota or the file-size limit (ulimit -f) was reached. It was a temporary name: "
+        f"{target} was not created (nothing half-written is left). Free space (or raise the limit) and run the "
+        "same command again: what was finished is kept and the work resumes."), result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kitm_index_under_a_file_size_limit_says_so_in_one_line_and_resumes(tmp_path, tiny_search_run,
+                                                                           subprocess_env):
+    body = "from kitm.index.cli import main\nsys.exit(main(sys.argv[2:]))"
+    env = subprocess_env()
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it: the command quiets TensorFlow itself
+    out = tmp_path / "index"
+    command = [f"--run={tiny_search_run}", f"--out={out}", "--no-progress", "--chunk_size=1"]
+    # 20,000 bytes: each image's chunk fits, the thumbnails of all 12 (27 kB) do not.
+    result = subprocess.run([sys.executable, "-c", _UNDER_A_FILE_SIZE_LIMIT.format(body=body), "20000", *command],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = result.stderr.strip().splitlines() or [""]
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
+    assert line.startswith(f"kitm.index: error: Writing {tmp_path}/index.") and line.endswith(
+        ".tmp/thumbnails.bin failed: File too large. The disk is full, or a disk quota or the file-size limit (ulimit "
+        "-f) was reached. Free space (or raise the limit) and run the same command again: what was finished is kept "
+        "and the work resumes.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.partial"]  # nothing under the final name
+    assert main(command) == 0  # the same command, the limit raised: the 12 embedded images are kept
+    assert load_index(out).num_images == 12 and not (tmp_path / "index.partial").exists()
+
+
+def test_a_symlink_loop_and_an_image_bomb_in_the_folder_are_skipped_and_listed(tmp_path, tiny_search_run):
+    import struct
+    import zlib
+
+    def chunk(kind, payload):
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(_jpeg((40, 30), (200, 30, 30)))
+    (photos / "loop.jpg").symlink_to("loop.jpg")  # [Errno 40] stopped the whole build
+    # A few dozen bytes declaring 20000 x 20000 pixels: Pillow's DecompressionBombError stopped the build.
+    header = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
+    (photos / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                                      + chunk(b"IDAT", zlib.compress(bytes(64))) + chunk(b"IEND", b""))
+    manifest = build_index(folder_source(photos), tiny_search_run / "export" / "1", tmp_path / "index",
+                           BuildOptions(progress=False))
+    assert manifest["num_images"] == 1
+    skipped = {entry["path"].split("photos/")[1]: entry["error"] for entry in manifest["skipped"]}
+    assert skipped == {
+        "bomb.png": "too large (400 MP): at most 40 MP are decoded (kitm.index.sources.MAX_IMAGE_PIXELS); scale it "
+                    "down",
+        "loop.jpg": "unreadable: a symbolic link loop (the link leads back to itself)"}
+    assert json.loads((tmp_path / "index" / "manifest.json").read_text())["skipped"] == manifest["skipped"]
+
+
+def test_a_build_logged_to_a_file_is_quiet(tmp_path, tiny_search_run, subprocess_env):
+    env = subprocess_env()
+    del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs it
+    log = tmp_path / "index.log"
+    with log.open("w") as stream:  # not a terminal
+        result = subprocess.run([sys.executable, "-m", "kitm.index", f"--run={tiny_search_run}",
+                                 f"--out={tmp_path / 'index'}", "--batch_size=1", "--chunk_size=2"],
+                                stdout=subprocess.PIPE, stderr=stream, text=True, env=env, timeout=300)
+    assert result.returncode == 0, log.read_text()[-3000:]
+    lines = log.read_text().splitlines()
+    # No TensorFlow start-up lines (cuInit, oneDNN); a progress line at the start and the end of each bar (and one
+    # every 30 s), not one per batch.
+    assert all(line.startswith(("embedding images", "embedding captions")) for line in lines), lines
+    assert len(lines) <= 6, lines

@@ -11,11 +11,13 @@ import os
 import pathlib
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 import pytest
 
@@ -33,6 +35,15 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A few dozen bytes of PNG declaring `width` x `height` pixels (an image bomb; its pixel data a stub)."""
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 
 
 def _request(url, data=None, headers=None, method=None, timeout=60):
@@ -174,6 +185,18 @@ def test_a_person_types_a_caption_and_sees_images_with_their_graded_relevance(se
     assert len(dropped) == 20 and all(r.find_element(By.CSS_SELECTOR, ".relevance").get_attribute("data-value")
                                       for r in dropped)  # recognised as indexed image 1: relevance known
 
+    # The page opened on a query (?q=): filled in and searched; a query of no word the model knows is said so.
+    browser.get(server + "/?q=%E2%80%8B%F0%9F%99%82!!!&k=5")
+    warning = _wait(browser, lambda d: d.find_elements(By.ID, "query-warning"))[0]
+    assert "no words the model can read" in warning.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#image-results tbody tr")) == 5
+    assert browser.find_element(By.ID, "query").get_attribute("value") == "\u200b\U0001F642!!!"
+    browser.find_element(By.ID, "query").clear()
+    browser.find_element(By.ID, "query").send_keys(caption["text"])
+    browser.find_element(By.ID, "search").click()
+    _wait(browser, lambda d: not d.find_elements(By.ID, "query-warning"))
+    assert "q=" in browser.current_url and "k=5" in browser.current_url  # the address names the search
+
 
 def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server, tiny_search_index):
     caption = json.loads((tiny_search_index / "captions.json").read_text())[0]["text"]
@@ -182,23 +205,40 @@ def test_the_json_api_answers_bad_input_with_a_message_and_keeps_serving(server,
                               json_headers)
     assert status == 200 and answer["relevance_source"] == "truth" and answer["matched_caption"]["image"] == 0
     assert [r["rank"] for r in answer["results"]] == [1, 2, 3]
+    assert answer["warning"] is None and answer["unknown_words"] == [] and answer["num_words"] > 3
+    # A query of words the model never saw gets results, and says that they answer no word of it.
+    status, answer = _request(server + "/api/search/text?q=%E2%80%8B%F0%9F%99%82!!!&k=3")
+    assert status == 200 and answer["num_words"] == 0 and "no words the model can read" in answer["warning"]
 
     bad = [
         (json.dumps({"query": "x" * 100_000}).encode(), json_headers, "/api/search/text", 413, "100,000 characters"),
         (json.dumps({"query": ""}).encode(), json_headers, "/api/search/text", 400, "empty"),
         (b"{not json", json_headers, "/api/search/text", 400, "must be JSON"),
         (json.dumps({"query": "a red circle", "k": 0}).encode(), json_headers, "/api/search/text", 400,
-         "between 1 and 100"),
+         "k (the number of results) must be an integer from 1 to 100; got 0."),
+        # JSON's Infinity and 1e400 (a float past its range) were a 500 OverflowError; an integer of 5,000 digits
+        # is past Python's bound on parsing them.
+        (b'{"query": "a red circle", "k": Infinity}', json_headers, "/api/search/text", 400, "got Infinity."),
+        (b'{"query": "a red circle", "k": 1e400}', json_headers, "/api/search/text", 400, "got Infinity."),
+        (b'{"query": "a red circle", "k": ' + b"9" * 5000 + b"}", json_headers, "/api/search/text", 400,
+         "must be JSON"),
         (b"%PDF-1.4 not an image", {}, "/api/search/image", 415, "not a PNG, JPEG"),
         (b"", {}, "/api/search/image", 400, "empty"),
         # A body announced as 21 MB is refused from its Content-Length, before any of it is read.
         (b"\x89PNG" + bytes(1000), {"Content-Length": str(21 * 2**20)}, "/api/search/image", 413,
          "at most 20,971,520"),
+        # Image bombs: refused from the pixel count in their header, before decoding (kitm.index.sources).
+        (_png_header(12000, 12000), {}, "/api/search/image", 413, "12000 x 12000 pixels (144 MP) where at most 40 MP"),
+        (_png_header(20000, 20000), {}, "/api/search/image", 413, "too large (400 MP): at most 40 MP"),
     ]
     for body, headers, route, expected, message in bad:
         status, answer = _request(server + route, body, headers, method="POST")
         assert (status, message in answer["error"]) == (expected, True), (route, answer)
     assert _request(server + "/api/search/image/99")[0] == 404
+    # The API's page works offline: nothing in it is fetched from another site (FastAPI's Swagger page was blank).
+    with urllib.request.urlopen(server + "/api/docs", timeout=30) as response:
+        page = response.read().decode()
+    assert "/api/search/text" in page and "/api/openapi.json" in page and "http" not in page
     assert _request(server + "/api/search/text?q=a+red+circle&k=2")[1]["relevance_source"] == "cider"
     # Still serving after all of that.
     status, answer = _request(server + "/api/search/image/0?k=5")

@@ -87,6 +87,8 @@ function renderTextResults(answer) {
   relevanceKind = answer.relevance_source;
   const container = $("results");
   container.replaceChildren(el("h2", { text: `Images for “${answer.query}”` }));
+  // Words the model never saw: its scores then look as sure as for a real caption, so the page says so first.
+  if (answer.warning) container.append(el("p", { class: "warning", id: "query-warning", text: answer.warning }));
   renderNote(container, answer.relevance_note, summary(answer.results, "images"));
   // A folder of photos without captions has no relevance to show: no empty columns then.
   const graded = answer.results.some((r) => r.relevance !== null || r.annotated !== null);
@@ -135,6 +137,8 @@ async function searchText(event) {
   if (event) event.preventDefault();
   showError("");
   const query = $("query").value;
+  // The address names the search, so that it can be bookmarked, shared or reloaded (?q=...&k=...).
+  history.replaceState(null, "", "?" + new URLSearchParams({ q: query, k: $("k").value }).toString());
   try {
     const answer = await call("/api/search/text", {
       method: "POST", headers: { "Content-Type": "application/json" },
@@ -195,3 +199,11 @@ drop.addEventListener("drop", (event) => {
   searchFile(event.dataTransfer.files[0]);
 });
 loadInfo();
+
+// Opened on a query (/?q=a+red+circle&k=20): fill the form in and search.
+const opened = new URLSearchParams(location.search);
+if (opened.has("k") && [...$("k").options].some((option) => option.value === opened.get("k"))) $("k").value = opened.get("k");
+if (opened.get("q")) {
+  $("query").value = opened.get("q");
+  searchText();
+}
