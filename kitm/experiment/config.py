@@ -173,7 +173,8 @@ class ObjectiveConfig(_Section):
     ladder_level_bounds: tuple[int, ...] = setting((2, 4), "Adaptive ladder: (L_min, L_max) for the k-means levels.")
     ladder_lloyd_runs: int = setting(1, lower=0, help=(
         "Adaptive ladder and ladder re-clustering: Lloyd runs from k-means++ seeds scored beside the exact 1-D k-means "
-        "optimum, per query and k; the higher silhouette is kept (kitm.ops.auto_kmeans_1d; 0: the exact optimum only)."))
+        "optimum, per query and k; the higher silhouette is kept (kitm.ops.auto_kmeans_1d; 0: the exact optimum "
+        "only)."))
     ladder_recluster_every: int = setting(0, lower=0, help=(
         "Fixed ladder: every this many batches re-derive the thresholds from the relevance values seen since (1-D "
         "k-means + silhouette; 0: keep them fixed)."))
