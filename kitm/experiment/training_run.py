@@ -8,6 +8,7 @@ always has); the steps share a `_RunParts` instead of passing its values along.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 import platform
@@ -15,6 +16,8 @@ import shutil
 import sys
 import time
 import typing
+
+import keras
 
 from kitm.errors import KitmConfigError, option
 from kitm.experiment import datasets, encoders
@@ -146,12 +149,14 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     model = _build_model(run, train)
     settings = config.settings()
     write_hparams(run.run_dir / "logs", settings, trial_id=run.run_dir.name)
-    callbacks, backup, collapse = _callbacks(run, train.steps_per_epoch)
+    callbacks, backup, collapse, non_finite = _callbacks(run, train.steps_per_epoch)
     train_started = time.time()
     # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     history = run.trainer.fit(model, train.dataset, callbacks, steps_per_epoch=train.steps_per_epoch,
                               verbose=keras_verbosity(config.training.progress))  # a line per epoch off a tty
     train_seconds = time.time() - train_started
+    if non_finite.stopped_at is not None:  # no test, export or summary of a model whose weights hold NaN
+        raise non_finite.error(config, run.chief_dir)
     test_split, test_figures = _test(run, model, history)
     export_path = _export(run, model)
     summary = {
@@ -180,6 +185,38 @@ def _settle_joint_preset(config: ExperimentConfig, strategy) -> tuple[Experiment
     with strategy.scope():
         joint = encoders.load_joint_preset(config)
     return encoders.hand_over_logit_scale(config.fill(embedding_dim=joint.embedding_dim), joint), joint
+
+
+class NonFiniteLossStop(keras.callbacks.TerminateOnNaN):
+    """Ends training at the first batch whose loss is NaN or infinite (as TerminateOnNaN, whose stop the backup
+    and the checkpoint see: they keep the last good state) and remembers where, so the run then stops with an
+    error naming the step instead of testing and exporting a broken model."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopped_at: tuple[int, int, float] | None = None  # (epoch, batch, loss), both counted from 1
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)) and self.stopped_at is None:
+            self.stopped_at = (self._epoch + 1, batch + 1, float(loss))
+            print(f"kitm: the training loss is {float(loss)} at batch {batch + 1} of epoch {self._epoch + 1}: "
+                  "training stops here.", file=sys.stderr, flush=True)
+        if self.stopped_at is not None:
+            self.model.stop_training = True
+
+    def error(self, config: ExperimentConfig, run_dir: pathlib.Path) -> KitmConfigError:
+        epoch, batch, loss = self.stopped_at
+        return KitmConfigError(
+            f"The training loss became {loss} at batch {batch} of epoch {epoch}: training stopped there, without a "
+            f"test, an export or a summary. The usual cause is a learning rate too large for the model "
+            f"({option('learning_rate')}={config.training.learning_rate:g}): lower it and give a new "
+            f"{option('run_dir')} (the weights of the last good epoch, if one finished, are in "
+            f"{run_dir / 'checkpoints' / 'last.weights.h5'}).")
 
 
 def _tokenizer(run: _RunParts):
@@ -283,20 +320,19 @@ def _build_model(run: _RunParts, train):
 
 
 def _callbacks(run: _RunParts, steps_per_epoch: int):
-    """(callbacks, the backup, the collapse monitor or None): backup, collapse, fine-tuning, validation, projector,
-    the trainer's own, TensorBoard and the weights checkpoint, in that order."""
-    import keras
-
+    """(callbacks, the backup, the collapse monitor or None, the non-finite loss stop): that stop, backup, collapse,
+    fine-tuning, validation, projector, the trainer's own, TensorBoard and the weights checkpoint, in that order."""
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.training import finetune
     from kitm.training.fault_tolerance import backup_save_freq
 
     t = run.config.training
-    # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
+    # The non-finite loss stop first: the backup sees its stop and keeps the last good state.
     backup = run.trainer.backup(run.chief_dir, run.run_dir, steps_per_epoch=steps_per_epoch,
                                 save_freq=backup_save_freq(t.backup_every_steps))
-    callbacks = [keras.callbacks.TerminateOnNaN(), backup]
+    non_finite = NonFiniteLossStop()
+    callbacks = [non_finite, backup]
     collapse = None
     if t.collapse_threshold:
         collapse = CollapseMonitor(t.collapse_threshold, stop=t.stop_on_collapse)
@@ -310,7 +346,7 @@ def _callbacks(run: _RunParts, steps_per_epoch: int):
         keras.callbacks.TensorBoard(str(run.run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run.run_dir / "checkpoints" / "last.weights.h5"),
     ]
-    return callbacks, backup, collapse
+    return callbacks, backup, collapse, non_finite
 
 
 def _validation_callbacks(run: _RunParts) -> list:
@@ -402,8 +438,6 @@ def _export(run: _RunParts, model) -> str | None:
 
 def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
     """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history."""
-    import keras
-
     from kitm.training.distribution import is_chief, num_workers
 
     info = run.info
@@ -422,7 +456,6 @@ def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
 
 
 def _machine() -> dict:
-    import keras
     import tensorflow as tf
 
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
