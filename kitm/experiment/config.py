@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
+import types
 import typing
 from collections.abc import Mapping
 from typing import Literal
@@ -326,7 +328,7 @@ RUN_DIR_HELP = ("Run directory (default runs/<dataset>); a finished run director
 def _describe(name: str, section: str | None, field: dataclasses.Field, hint) -> Setting:
     """A field's declaration as a `Setting` (the type from its annotation, the rest from its metadata)."""
     optional = False
-    if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         optional, hint = True, args[0]
     item = choices = None
@@ -411,6 +413,8 @@ def _scalar(spec: Setting, kind: type, value, shown: str, what: str = ""):
         return value
     if spec.choices is not None and isinstance(value, bool) and str(value).lower() in spec.choices:
         return str(value).lower()  # jit_compile=True from Python: the choice "true"
+    if isinstance(value, os.PathLike) and spec.choices is None:
+        return os.fspath(value)  # data_dir=pathlib.Path(...)
     if not isinstance(value, str):
         raise KitmConfigError(f"{shown}: {what}not a string (a {type(value).__name__}).")
     return value

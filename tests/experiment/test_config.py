@@ -2,6 +2,7 @@
 that name a setting in Python and a flag through the launcher."""
 
 import dataclasses
+import pathlib
 
 import pytest
 from absl import flags
@@ -117,6 +118,7 @@ def test_settings_are_normalised_and_the_bounds_themselves_accepted():
                                         angle_degrees=89.0, train_fraction=1e-6, neighborhood_alpha=None)
     assert (config.training.jit_compile, config.training.epochs, config.objective.loss) == ("true", 3, ("triplet",))
     assert type(config.training.epochs) is int
+    assert ExperimentConfig().replace(data_dir=pathlib.Path("tfrecords/x")).data.data_dir == "tfrecords/x"
     filled = config.fill(embedding_dim=64)
     assert filled.model.embedding_dim == 64 and "embedding_dim" in filled.preset
     assert "embedding_dim" not in filled.explicit
