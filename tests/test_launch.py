@@ -168,3 +168,84 @@ def test_synthetic_defaults_avoid_the_collapsing_configurations():
         assert config.triplet_sampling == "random" and config.term_weights == (1.0, 1.0, 1.0)
     finally:
         FLAGS.unparse_flags()
+
+
+def test_the_flags_are_generated_from_the_settings_declarations():
+    """One flag per setting of kitm.experiment.config, with its default, help, choices and bounds."""
+    import dataclasses
+    import typing
+
+    from kitm.experiment import config as settings
+
+    fields = {field.name: (section, field) for section, cls in settings.SECTIONS.items()
+              for field in dataclasses.fields(cls)}
+    assert sorted(launch.KITM_FLAG_NAMES) == sorted([*fields, "run_dir"]) == sorted(settings.SETTINGS)
+    for name, (section, field) in fields.items():
+        flag, spec = FLAGS[name], settings.SETTINGS[name]
+        hint = typing.get_type_hints(settings.SECTIONS[section])[name]
+        default = [str(item) for item in field.default] if isinstance(field.default, tuple) else field.default
+        assert flag.default == default, name
+        assert field.metadata["help"] and field.metadata["help"] in flag.help, name  # enum help starts <a|b>:
+        choices = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None
+        assert (list(choices) if choices else None) == (getattr(flag.parser, "enum_values", None) or None), name
+        assert (spec.lower, spec.upper) == (field.metadata["lower_bound"], field.metadata["upper_bound"]), name
+        bounds = settings.bounds_text(spec)
+        assert (f"values {bounds}" in flag.help) == bool(bounds), name
+        kind = {bool: "BooleanFlag", int: "Flag", float: "Flag", str: "Flag", tuple: "Flag"}[spec.kind]
+        assert type(flag).__name__ == ("EnumFlag" if choices else kind), name
+        parser = {bool: "BooleanParser", int: "IntegerParser", float: "FloatParser", str: "ArgumentParser",
+                  tuple: "ListParser"}[spec.kind]
+        assert choices or type(flag.parser).__name__ == parser, name
+    assert FLAGS["run_dir"].default is None and FLAGS["run_dir"].help == settings.RUN_DIR_HELP
+    assert [name for name in launch.KITM_FLAG_NAMES if FLAGS[name].help.count(".") == 0] == []
+    # --negatives' choices are spelled once, in config.Negatives.
+    assert FLAGS["negatives"].parser.enum_values == list(typing.get_args(settings.Negatives))
+
+
+def test_helpfull_lists_every_setting_with_its_help(launch, tmp_path):
+    from kitm.experiment.config import SETTINGS
+
+    done = launch(["--helpfull"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 1 and not done.stderr, done.stderr[-2000:]  # absl's help exits with status 1
+    text = " ".join(done.stdout.split())  # absl wraps the help at 80 columns
+    for name, spec in SETTINGS.items():
+        assert f"--{name}:" in text or f"--[no]{name}:" in text, name
+        assert " ".join(spec.help.split())[:40] in text, name
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--learning_rate=nan"], "--learning_rate=nan: not a finite number; give a finite one in [0, 1] (the default "
+                              "is 0.0002)."),
+    (["--learning_rate=1e30"], "--learning_rate=1e+30: must be in [0, 1] (Adam moves each weight by up to about the "
+                               "learning rate per step; above 1 the loss diverges); the default is 0.0002."),
+    (["--margin=inf"], "--margin=inf: not a finite number; give a finite one (the default is 0.2)."),
+    (["--loss_weights=1,nan", "--loss=triplet,sam", "--relevance=truth"], "--loss_weights=1,nan: item nan is not a "
+                                                                          "finite number"),
+    (["--image_size=8"], "--image_size=8: must be >= 16; the default is 64."),
+    (["--ladder_level_bounds=2,4.5"], "--ladder_level_bounds=2,4.5: '4.5' is not a whole number"),
+])
+def test_a_setting_out_of_its_bounds_is_refused_naming_the_flag(args, message):
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", *args])  # absl takes the value; the configuration refuses it, once
+        with pytest.raises(launch.LaunchError) as raised:
+            launch.experiment_config()
+        assert str(raised.value).startswith(message)
+    finally:
+        FLAGS.unparse_flags()
+
+
+def test_a_non_finite_learning_rate_stops_the_launcher_before_it_writes_anything(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    FLAGS.unparse_flags()
+    try:
+        FLAGS(["kitm.launch", "--learning_rate=nan", f"--run_dir={tmp_path / 'run'}"])
+        with pytest.raises(SystemExit) as stopped:
+            launch.main(["kitm.launch"])
+    finally:
+        FLAGS.unparse_flags()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == ("kitm.launch: error: --learning_rate=nan: not a finite number; give a "
+                                               "finite one in [0, 1] (the default is 0.0002).")
+    assert not list(tmp_path.iterdir())  # no run folder, no world built

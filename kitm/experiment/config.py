@@ -1,160 +1,319 @@
 """Typed settings of an experiment: data, model, objective, training, evaluation and export, plus the run directory.
 
-Every setting has one name, the same in Python and on the command line (`python -m kitm.launch --<name>=...`), so
+Each setting is declared once, here: a field of one of the sections below with its type (`typing.Literal` for a
+fixed set of choices), its default, its help text and its bounds (`setting(...)`). Everything else is derived from
+that declaration: `kitm.launch` generates its flag (`python -m kitm.launch --<name>=...`, the same name, default and
+help), `SETTINGS` describes every setting to code that lists them, and a section checks its fields when it is made,
+so a setting out of its bounds, a non-finite number or a choice not offered is refused there, once, naming the
+setting (`margin` in Python, `--margin` through the launcher: `kitm.errors.option`).
+
 `ExperimentConfig.settings()` is the flat view the launcher, `summary.json` and TensorBoard's hparams show, and
 `kitm.experiment.presets.experiment_config(dataset, **settings)` builds a configuration the way the launcher does:
-the dataset's presets for every setting not given, the given ones winning. The sections only
-type and group the settings; checks that need the data or several sections at once live where they are used
-(`kitm.experiment.objectives`, `kitm.experiment.datasets`, `kitm.experiment.runner`).
+the dataset's presets for every setting not given, the given ones winning. Checks that need the data or several
+settings at once live where they are used (`kitm.experiment.objectives`, `kitm.experiment.datasets`,
+`kitm.experiment.runner`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
+import types
+import typing
 from collections.abc import Mapping
+from typing import Literal
 
 from kitm.errors import KitmConfigError, option
 
+# Choices spelled once: modules that need the list read it from here (`typing.get_args(Negatives)`).
+Negatives = Literal["auto", "global", "local"]  # where a loss finds its negatives under several replicas
+Relevance = Literal["none", "truth", "cider", "sbert"]  # a relevance source of the records
+Switch = Literal["auto", "true", "false"]  # a feature kitm turns on where it pays (auto), or forced on / off
+ADAM_RATE = "Adam moves each weight by up to about the learning rate per step; above 1 the loss diverges"
+
+
+def setting(default, help: str, *, lower: float | None = None, upper: float | None = None, why: str | None = None):
+    """A setting's field: its default, its help text (the flag's help) and its inclusive bounds, checked when the
+    configuration is made; `why` says in the error why a value beyond them is refused."""
+    metadata = {"help": help, "lower_bound": lower, "upper_bound": upper}
+    if why:
+        metadata["why"] = why
+    return dataclasses.field(default=default, metadata=metadata)
+
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig:
+class Setting:
+    """What the declaration of one setting says: `kind` is bool, int, float or str, or tuple with `item` the type
+    of its items; `choices` are the Literal's; `optional` settings may be None (a default derived elsewhere)."""
+
+    name: str
+    section: str | None  # None for run_dir, a field of ExperimentConfig itself
+    default: object
+    help: str
+    kind: type
+    item: type | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False
+    lower: float | None = None
+    upper: float | None = None
+    why: str | None = None
+
+
+class _Section:
+    """A section checks its settings when it is made (also by `dataclasses.replace`)."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = _checked(SETTINGS[field.name], getattr(self, field.name))
+            if value is not getattr(self, field.name):
+                object.__setattr__(self, field.name, value)  # a normalised value (list -> tuple, 2.0 -> 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(_Section):
     """Which records, and how the input pipeline reads them."""
 
-    dataset: str = "synthetic"  # synthetic, or a built one (coco, f30k, f8k, ...)
-    data_dir: str | None = None  # default tfrecords/<dataset> (kitm.experiment.datasets.default_data_dir)
-    synthetic_num_scenes: int = 3000
-    train_fraction: float = 1.0  # a fixed subset of the training images: those with the smallest ids
-    train_subset_seed: int = 0  # 0: that subset; s > 0: a random subset of the same size drawn with seed s
-    image_size: int = 64
-    captions_per_step: str = "sample"  # sample: one random caption per image per epoch; all: every caption
-    relevance: str = "none"  # the batch relevance matrix's source: none, truth, cider, sbert
-    flip: bool = True
-    crop_area_min: float = 0.8
-    eval_crop_fraction: float = 0.875
-    max_caption_length: int = 32
-    vocab_min_count: int = 1
+    dataset: str = setting("synthetic", "Dataset name: synthetic, or a built one (coco, f30k, f8k, ...).")
+    data_dir: str | None = setting(None, "Folder of the built TFRecords (default tfrecords/<dataset>).")
+    synthetic_num_scenes: int = setting(3000, "Scenes in the synthetic world (built when absent).", lower=10)
+    # A subset of the training images (train_fraction, train_subset_seed): kitm.experiment.datasets.training_subset.
+    train_fraction: float = setting(1.0, lower=1e-06, upper=1.0, help=(
+        "Train on this fraction of the training images: a fixed subset, the images with the smallest ids (evaluation "
+        "splits unchanged; e.g. 0.1 for SAM's limited-data setting)."))
+    train_subset_seed: int = setting(0, lower=0, help=(
+        "With --train_fraction < 1: 0 keeps the images with the smallest ids; s > 0 a random subset of the same size "
+        "drawn with seed s (the same images on every machine)."))
+    image_size: int = setting(64, "Side of the square model input.", lower=16)
+    captions_per_step: Literal["sample", "all"] = setting("sample", help=(
+        "sample: one random caption per image per epoch; all: every caption is a sample."))
+    relevance: Relevance = setting("none", help=(
+        "Relevance source of the batch relevance matrix: truth (the synthetic world's exact relevance), cider (CIDEr-D "
+        "with the training idf, SAM's source) or sbert (sentence-embedding cosine, the ladder loss's source); cider "
+        "and sbert need the dataset built with those relevance rows."))
+    flip: bool = setting(True, "Random horizontal flips in training (off for the synthetic world: left/right).")
+    crop_area_min: float = setting(0.8, "Smallest area share of the training random crop.", lower=0.05, upper=1.0)
+    eval_crop_fraction: float = setting(0.875, "Centre crop side / shorter side at evaluation.", lower=0.1, upper=1.0)
+    max_caption_length: int = setting(32, "Tokens kept per caption.", lower=1)
+    vocab_min_count: int = setting(1, "Words seen fewer times in training captions become [UNK].", lower=1)
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Section):
     """The dual encoder's towers (kitm.experiment.encoders) and the joint space."""
 
-    image_encoder: str = "small_cnn"
-    weights: str = "imagenet"  # imagenet, none, or a weights file
-    finetune_backbone: bool = False
-    embedding_dim: int = 1024
-    word_dim: int = 300
-    text_units: int = 512
+    image_encoder: str = setting("small_cnn", help=(
+        "Image tower, by its name in kitm.experiment.encoders.IMAGE_ENCODERS: small_cnn, resnet50, resnet152, "
+        "features_mlp, hub (--image_preset), or one registered with kitm.experiment.register_image_encoder."))
+    weights: str = setting("imagenet", "ResNet weights: imagenet, none, or a weights file.")
+    finetune_backbone: bool = setting(False, "Train the ResNet backbone too (VSE++ 'FT').")
+    embedding_dim: int = setting(1024, "Joint embedding size D.", lower=1)
+    word_dim: int = setting(300, "Word embedding size.", lower=1)
+    text_units: int = setting(512, "GRU units per direction.", lower=1)
     # keras-hub towers (kitm.layers.hub_towers): image_encoder="hub" / text_encoder="hub" with a preset handle or a
     # local preset directory each, or joint_preset (one CLIP or SigLIP preset: both towers, projections, logit scale).
-    text_encoder: str = "gru"  # gru (the papers' BiGRU on kitm's vocabulary) or hub (text_preset)
-    image_preset: str | None = None
-    text_preset: str | None = None
-    joint_preset: str | None = None
-    freeze_image_tower: bool = False  # LiT: the image tower's weights stay as loaded
-    freeze_text_tower: bool = False
-    image_tower_lr_multiplier: float = 1.0  # the image tower's learning rate = learning_rate x this
-    text_tower_lr_multiplier: float = 1.0
-    text_bidirectional: bool = True  # False: one forward GRU, as the VSE++ reference code
-    # masked: Keras' GRU over every row; packed: finished rows skipped (kitm.layers.packed_gru), equal to float
-    # rounding and faster, but not the default, so that figures trained before it repeat bit for bit.
-    text_recurrence: str = "masked"
+    # text_encoder is a name, not a Literal: register_text_encoder adds choices.
+    text_encoder: str = setting("gru", help=(
+        "Text tower: gru (word embeddings + BiGRU on the training vocabulary), hub (--text_preset), or one registered "
+        "with kitm.experiment.register_text_encoder."))
+    image_preset: str | None = setting(None, help=(
+        "--image_encoder=hub: keras-hub preset handle (CLIP/SigLIP vision, ViT, DINOv2, ResNet; downloads on first "
+        "use) or a local preset directory."))
+    text_preset: str | None = setting(None, help=(
+        "--text_encoder=hub: keras-hub preset handle (CLIP/SigLIP text, BERT, MiniLM-style BERT) or a local preset "
+        "directory; its tokenizer runs in the input pipeline and the SavedModel."))
+    joint_preset: str | None = setting(None, help=(
+        "One CLIP or SigLIP preset (handle or local directory) for both towers, their projections and the logit scale: "
+        "training starts from its joint space (sets --embedding_dim)."))
+    freeze_image_tower: bool = setting(False, help=(
+        "Keep the image tower's weights as loaded (LiT); its projection still trains."))
+    freeze_text_tower: bool = setting(False, "Keep the text tower's weights as loaded.")
+    image_tower_lr_multiplier: float = setting(1.0, lower=0.0, help=(
+        "The image tower's learning rate is --learning_rate x this (e.g. 0.1 for a pretrained tower)."))
+    text_tower_lr_multiplier: float = setting(1.0, lower=0.0, help=(
+        "The text tower's learning rate is --learning_rate x this."))
+    text_bidirectional: bool = setting(True, help=(
+        "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code."))
+    # packed is not the default, so that figures trained before it repeat bit for bit.
+    text_recurrence: Literal["masked", "packed"] = setting("masked", help=(
+        "GRU text tower: masked (Keras' GRU over every caption to the batch's longest) or packed (each caption only to "
+        "its own end, as PyTorch's packed sequences; equal to float rounding, faster on a CPU; not with "
+        "--jit_compile=true). docs/performance.md."))
 
 
 @dataclasses.dataclass(frozen=True)
-class ObjectiveConfig:
+class ObjectiveConfig(_Section):
     """The losses (kitm.experiment.objectives) and every method's own settings."""
 
-    loss: tuple[str, ...] = ("triplet",)
-    loss_weights: tuple[float, ...] = ()  # one per loss; empty: 1 each
-    margin: float = 0.2
-    max_violation: bool = True
-    hardest_warmup_epochs: float = 0.0
-    sam_tau: float = 5.0
-    sam_weight: float = 1.0
-    sam_sampling: str = "hardest"
-    sam_pairing: str = "matched"
-    ladder_thresholds: tuple[float, ...] = (0.40,)
-    ladder_margins: tuple[float, ...] = (0.2, 0.01)
-    ladder_betas: tuple[float, ...] = (1.0, 0.25)
-    ladder_level_bounds: tuple[int, ...] = (2, 4)
-    ladder_lloyd_runs: int = 1
-    ladder_recluster_every: int = 0
-    angle_degrees: float = 45.0
-    angular_form: str = "npair"
-    neighborhood_base: str = "angular"
-    neighborhood_alpha: float | None = None
-    neighborhood_beta: float | None = None
-    neighbor_draw: str = "mutual"
-    neighbor_space: str = "text"
-    center_phase_epochs: tuple[int, ...] = (30, 15, 10)
-    center_phase2_learning_rate: float = 2e-5
-    center_phase3_learning_rate: float = 2e-5
-    center_learning_rate: float = 0.5
-    center_delta: float = 0.1
-    num_quantized_centers: int = 1000
-    margin_update_every: int = 500
-    center_triplet_sampling: str = "random"
-    center_term_weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # triplet, centre, image-index CE (the paper: 1 each)
-    margin_max: float = 1.0
-    # Contrastive losses (kitm.losses.contrastive): infonce and graded_infonce share the first two, siglip has its own.
-    logit_scale_init: float = 1.0 / 0.07  # exp(t) at the start (CLIP: 1/0.07)
-    max_logit_scale: float = 100.0  # the clip of exp(t) (CLIP: 100); 0: no clip
-    siglip_logit_scale_init: float = 10.0  # exp(t') at the start (SigLIP: 10)
-    siglip_bias_init: float = -10.0  # b at the start (SigLIP: -10)
-    graded_tau: float = 0.1  # tau_R of graded InfoNCE's targets, on the relevance's scale (tau_R -> 0: InfoNCE)
+    loss: tuple[str, ...] = setting(("triplet",), help=(
+        "Training objective, one or several losses summed: triplet (VSE++); sam (triplet + sam_weight x the semantic "
+        "adaptive margin); ladder (fixed thresholds) or ladder_adaptive (k-means levels), the ladder loss; angular "
+        "(N-pair, symmetric) or neighborhood (angular + semantic-neighbour terms, with neighbour-aware batching), "
+        "semantic neighbourhoods; centers (adaptive-margin triplet + semantic centres + image-index cross-entropy, "
+        "trained in the three --center_phase_epochs phases): semantic centres, alone; infonce (CLIP), siglip (SigLIP) "
+        "or graded_infonce (InfoNCE with soft targets from the relevance), contrastive with a learnable temperature. "
+        "sam, the ladders and graded_infonce need --relevance. Example: --loss=triplet,ladder --loss_weights=1,0.5."))
+    loss_weights: tuple[float, ...] = setting((), "One weight per --loss entry (default 1 each).")
+    margin: float = setting(0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
+    max_violation: bool = setting(True, help=(
+        "Hardest negative (VSE++) instead of the sum over negatives, in the triplet, SAM's triplet part and the "
+        "ladder's first rung."))
+    hardest_warmup_epochs: float = setting(0.0, lower=0.0, help=(
+        "Hardest-negative warm-up for every loss that has such terms (--max_violation, the ladder's first rung, "
+        "--sam_sampling=hardest): for this many epochs they use the sum over negatives (random negatives for the "
+        "samplers) before switching to the hardest negative (VSE-infinity practice for encoders that start from random "
+        "weights; kitm.losses.base)."))
+    sam_tau: float = setting(5.0, "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower=1e-06)
+    sam_weight: float = setting(1.0, "SAM: weight of the adaptive-margin term beside the triplet.", lower=0.0)
+    sam_sampling: Literal["hardest", "easiest", "random"] = setting("hardest", "SAM: negative sampling.")
+    sam_pairing: Literal["matched", "reference"] = setting("matched", help=(
+        "SAM: each margin with its own negative (matched) or the reference code's (docs/methods.md#sam)."))
+    ladder_thresholds: tuple[float, ...] = setting((0.40,), "Fixed ladder: relevance thresholds, decreasing.")
+    ladder_margins: tuple[float, ...] = setting((0.2, 0.01), "Fixed ladder: one margin per level (thresholds + 1).")
+    ladder_betas: tuple[float, ...] = setting((1.0, 0.25), "Fixed ladder: one weight per level (thresholds + 1).")
+    ladder_level_bounds: tuple[int, ...] = setting((2, 4), "Adaptive ladder: (L_min, L_max) for the k-means levels.")
+    ladder_lloyd_runs: int = setting(1, lower=0, help=(
+        "Adaptive ladder and ladder re-clustering: Lloyd runs from k-means++ seeds scored beside the exact 1-D k-means "
+        "optimum, per query and k; the higher silhouette is kept (kitm.ops.auto_kmeans_1d; 0: the exact optimum "
+        "only)."))
+    ladder_recluster_every: int = setting(0, lower=0, help=(
+        "Fixed ladder: every this many batches re-derive the thresholds from the relevance values seen since (1-D "
+        "k-means + silhouette; 0: keep them fixed)."))
+    angle_degrees: float = setting(45.0, "Angular loss angle.", lower=1.0, upper=89.0)
+    angular_form: Literal["npair", "hinge"] = setting("npair", help=(
+        "Angular and neighbourhood losses: npair (Wang et al.'s log-sum-exp N-pair form, what the "
+        "semantic-neighbourhood code trains) or hinge (the semantic-neighbourhood paper's Eq. 2 as printed; collapse "
+        "is its global minimum)."))
+    neighborhood_base: Literal["angular", "triplet"] = setting("angular", help=(
+        "Neighbourhood loss: angular (Ang+NP+Sym) or the paper's triplet-based variant."))
+    neighborhood_alpha: float | None = setting(None, lower=0.0, help=(
+        "Weight of the text-neighbour term (default 0.2 angular / 0.3 triplet)."))
+    neighborhood_beta: float | None = setting(None, lower=0.0, help=(
+        "Weight of the image-neighbour term (default 0.3 angular / 0.1 triplet)."))
+    neighbor_draw: Literal["mutual", "uniform"] = setting("mutual", help=(
+        "Neighbour-aware batching: draw a seed's partner among its mutual neighbours when it has any (mutual) or among "
+        "all its k neighbours (uniform)."))
+    neighbor_space: Literal["text", "image"] = setting("text", help=(
+        "Neighbourhood loss: where each pair's neighbours were found: text (the records' neighbors rows, "
+        "sentence-embedding space; the semantic-neighbourhood paper's main method) or image (the records' "
+        "image_neighbors rows, an image feature space; its 'Img NNs' variant, built with python -m kitm.data.build "
+        "--image_neighbors=backbone|pixels|features)."))
+    center_phase_epochs: tuple[int, ...] = setting((30, 15, 10), help=(
+        "--loss=centers (semantic centres): epochs of its three phases, 1 unquantized centres, 2 the quantizer alone "
+        "(model frozen), 3 end to end with adaptive margins; 0 skips a phase. Replaces --epochs."))
+    center_phase2_learning_rate: float = setting(2e-5, lower=0.0, upper=1.0, why=ADAM_RATE, help=(
+        "--loss=centers: Adam rate of phase 2 (phase 1 uses --learning_rate)."))
+    center_phase3_learning_rate: float = setting(2e-5, "--loss=centers: Adam rate of phase 3.", lower=0.0, upper=1.0,
+                                                 why=ADAM_RATE)
+    center_learning_rate: float = setting(0.5, lower=0.0, help=(
+        "--loss=centers: SGD rate of the semantic centres (per-image and quantized), on the batch-mean centre loss."))
+    center_delta: float = setting(0.1, lower=0.0, help=(
+        "--loss=centers: hinge radius delta of the centre losses (squared L2)."))
+    num_quantized_centers: int = setting(1000, lower=1, help=(
+        "--loss=centers: N_q, the quantized centres of phases 2-3, started by k-means over the per-image centres."))
+    margin_update_every: int = setting(500, lower=1, help=(
+        "--loss=centers, phase 3: adapt the margins every q batches (Eq. 13; r = 0.8, c = 1.03)."))
+    center_triplet_sampling: Literal["random", "hardest", "easiest", "all"] = setting("random", help=(
+        "--loss=centers: the triplet's negatives: one random in-batch negative per anchor (the paper), the hardest, "
+        "the easiest, or all (the sum over the batch's negatives)."))
+    center_term_weights: tuple[float, ...] = setting((1.0, 1.0, 1.0), help=(
+        "--loss=centers: weights of its three terms, the triplet, the centre loss (per-image in phase 1, quantized in "
+        "phases 2-3) and the image-index cross-entropy (the paper: 1,1,1)."))
+    margin_max: float = setting(1.0, "--loss=centers, phase 3: cap of the adaptive margins.", lower=0.0)
+    logit_scale_init: float = setting(1.0 / 0.07, lower=1e-06, help=(
+        "--loss=infonce, graded_infonce: exp(t) at the start, the learnable logit scale (CLIP: 1/0.07)."))
+    max_logit_scale: float = setting(100.0, lower=0.0, help=(
+        "--loss=infonce, graded_infonce: clip of exp(t) (CLIP: 100; 0: no clip)."))
+    siglip_logit_scale_init: float = setting(10.0, lower=1e-06, help=(
+        "--loss=siglip: exp(t') at the start, the learnable logit scale (SigLIP: 10)."))
+    siglip_bias_init: float = setting(-10.0, "--loss=siglip: the learnable logit bias b at the start (SigLIP: -10).")
+    graded_tau: float = setting(0.1, lower=1e-06, help=(
+        "--loss=graded_infonce: tau_R, temperature of the soft targets softmax(R'/tau_R), on the relevance's scale "
+        "(small: InfoNCE)."))
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(_Section):
     """Optimisation, precision, distribution, fault tolerance and the collapse monitor."""
 
-    epochs: int = 30
-    batch_size: int = 128
-    learning_rate: float = 2e-4
-    lr_decay_epochs: int = 15
-    lr_decay_factor: float = 0.1
-    grad_clip_norm: float = 2.0
-    lr_schedule: str = "step"
-    warmup_epochs: float = 0.0
-    warmup_steps: int = 0
-    mixed_precision: bool = False
-    jit_compile: str = "auto"  # auto, true, false
-    # Adam's update of each variable as TensorFlow's fused kernel (kitm.training.fused_adam): auto = on for keras-hub
-    # towers (where the update is a share of the step worth fusing), off for the papers' towers, whose figures then
-    # repeat bit for bit; true / false force it.
-    fused_update: str = "auto"
-    finetune_after_epochs: int = 0
-    finetune_learning_rate: float | None = None
-    seed: int = 0
-    deterministic_ops: bool = False
-    strategy: str = "default"
-    negatives: str = "auto"  # auto (global with several replicas where every loss can gather), global, local
-    grad_cache_chunk: int = 0  # gradient caching in chunks of this many rows per replica (0: off)
-    backup_every_steps: int = 0
-    cpu_devices: int = 0
-    collapse_threshold: float = 0.9
-    stop_on_collapse: bool = False
-    progress: bool = True
+    epochs: int = setting(30, "Training epochs.", lower=1)
+    batch_size: int = setting(128, "Global batch size (split over replicas).", lower=2)
+    learning_rate: float = setting(2e-4, "Adam learning rate.", lower=0.0, upper=1.0, why=ADAM_RATE)
+    lr_decay_epochs: int = setting(15, lower=0, help=(
+        "Multiply the learning rate by lr_decay_factor every this many epochs (0: never)."))
+    lr_decay_factor: float = setting(0.1, "Step decay factor.", lower=0.0, upper=1.0)
+    grad_clip_norm: float = setting(2.0, "Clip the global gradient norm (VSE++: 2.0; 0 disables).", lower=0.0)
+    lr_schedule: Literal["step", "cosine"] = setting("step", help=(
+        "step: x lr_decay_factor every lr_decay_epochs; cosine: linear warm-up, then a cosine to 0."))
+    warmup_epochs: float = setting(0.0, "Cosine schedule: linear warm-up over this many epochs.", lower=0.0)
+    warmup_steps: int = setting(0, lower=0, help=(
+        "Cosine schedule: linear warm-up over this many steps (instead of --warmup_epochs)."))
+    mixed_precision: bool = setting(False, help=(
+        "Compute in float16 (GPU) or bfloat16 (CPU) with float32 weights; losses stay float32."))
+    jit_compile: Switch = setting("auto", help=(
+        "XLA-compile the training step (auto: Keras' choice, on with a GPU, off on CPU)."))
+    # auto: on for keras-hub towers, where the update is a share of the step worth fusing; off for the papers'
+    # towers, whose figures then repeat bit for bit.
+    fused_update: Switch = setting("auto", help=(
+        "Adam's update of each variable with TensorFlow's fused Adam kernel (equal to float rounding, faster for big "
+        "towers on a CPU; auto: on for keras-hub towers, off for the papers' towers). docs/performance.md."))
+    finetune_after_epochs: int = setting(0, lower=0, help=(
+        "ResNet encoders: train with the backbone frozen for this many epochs, then fine-tune it too (VSE++ 'FT'; 0: "
+        "never)."))
+    finetune_learning_rate: float | None = setting(None, lower=0.0, upper=1.0, why=ADAM_RATE, help=(
+        "Learning rate of the fine-tuning phase (default learning_rate / 10, as VSE++)."))
+    seed: int = setting(0, "Seed for the synthetic world, data order, augmentation and initialisation.")
+    deterministic_ops: bool = setting(False, help=(
+        "tf.config.experimental.enable_op_determinism(): deterministic kernels and a serial input pipeline (slower; "
+        "see kitm/training/reproducibility.py)."))
+    strategy: Literal["default", "mirrored", "multi_worker"] = setting("default", help=(
+        "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
+        "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable."))
+    negatives: Negatives = setting("auto", help=(
+        "Negatives of the contrastive, triplet and SAM losses under several replicas: global (every row of the global "
+        "batch, gathered from the other replicas with their gradients: the step of one device with the whole batch), "
+        "local (a replica's own rows only), auto (global with several replicas when every --loss can gather, else "
+        "local). docs/scale.md."))
+    grad_cache_chunk: int = setting(0, lower=0, help=(
+        "Gradient caching: embed each replica's batch in chunks of this many rows without keeping activations, take "
+        "the loss over the whole batch, then back-propagate chunk by chunk (memory of one chunk, the gradients of the "
+        "whole batch; about one more forward pass). Must divide the per-replica batch; 0: off. docs/scale.md."))
+    backup_every_steps: int = setting(0, lower=0, help=(
+        "Back up the training state every this many steps, so a killed run resumes close to where it stopped (0: at "
+        "the end of each epoch)."))
+    cpu_devices: int = setting(0, "Split the CPU into this many logical devices (0: leave as is).", lower=0)
+    collapse_threshold: float = setting(0.9, lower=0.0, upper=1.0, help=(
+        "Collapse monitor: warn when the mean pairwise cosine of a batch's image or caption embeddings (logged as "
+        "collapse/image_cosine, collapse/text_cosine) exceeds this at the end of an epoch (0: no monitor)."))
+    stop_on_collapse: bool = setting(False, "Collapse monitor: end the run at the first collapsed epoch.")
+    progress: bool = setting(True, "Progress bars.")
 
 
 @dataclasses.dataclass(frozen=True)
-class EvaluationConfig:
+class EvaluationConfig(_Section):
     """Validation during training and the test at the end."""
 
-    eval_every_epochs: int = 5
-    eval_images: int = 1000
-    test_crops: int = 1
-    projector_samples: int = 500
-    eval_relevance: str = "auto"  # auto: truth when the dataset has it, else none
-    fold_images: int = 0  # the test also reports R@K on folds of this many images (0: none)
+    eval_every_epochs: int = setting(5, "Validation retrieval every this many epochs (0: never).", lower=0)
+    eval_images: int = setting(1000, "Validation images used by the periodic evaluation.", lower=1)
+    test_crops: int = setting(1, lower=1, help=(
+        "Embed each evaluation/test image as the mean over this many random crops (the semantic-centres paper: 20; 1: "
+        "the centre crop)."))
+    projector_samples: int = setting(500, lower=0, help=(
+        "Validation images (with their captions) in TensorBoard's embedding projector, written at each evaluation and "
+        "at the end (0: none)."))
+    eval_relevance: Literal["auto", Relevance] = setting("auto", help=(
+        "Relevance behind the validation NCS, SR and CS figures (auto: truth when the dataset has it, else none)."))
+    fold_images: int = setting(0, lower=0, help=(
+        "The test at the end also reports R@K on folds of this many images, each ranking only its own images and "
+        "captions, averaged over the folds (fold<F>_i2t_R@1, ..., fold<F>_rsum; 0: none)."))
 
 
 @dataclasses.dataclass(frozen=True)
-class ExportConfig:
+class ExportConfig(_Section):
     """The SavedModel written at the end."""
 
-    export: bool = True
+    export: bool = setting(True, "Export a SavedModel at the end.")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "objective": ObjectiveConfig, "training": TrainingConfig,
@@ -162,6 +321,109 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "objective": ObjectiveConf
 # setting name -> its section
 SECTION_OF = {field.name: section for section, cls in SECTIONS.items() for field in dataclasses.fields(cls)}
 SETTING_NAMES = tuple(sorted([*SECTION_OF, "run_dir"]))
+RUN_DIR_HELP = ("Run directory (default runs/<dataset>); a finished run directory (with a summary.json) is refused: "
+                "give a new one.")
+
+
+def _describe(name: str, section: str | None, field: dataclasses.Field, hint) -> Setting:
+    """A field's declaration as a `Setting` (the type from its annotation, the rest from its metadata)."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        optional, hint = True, args[0]
+    item = choices = None
+    if typing.get_origin(hint) is Literal:
+        kind, choices = str, typing.get_args(hint)
+    elif typing.get_origin(hint) is tuple:
+        kind, item = tuple, typing.get_args(hint)[0]
+    else:
+        kind = hint
+    meta = field.metadata
+    return Setting(name, section, field.default, meta.get("help", ""), kind, item, choices, optional,
+                   meta.get("lower_bound"), meta.get("upper_bound"), meta.get("why"))
+
+
+def _settings() -> dict[str, Setting]:
+    described = {}
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            described[field.name] = _describe(field.name, section, field, hints[field.name])
+    described["run_dir"] = Setting("run_dir", None, None, RUN_DIR_HELP, str, optional=True)
+    return dict(sorted(described.items()))
+
+
+# Every setting's declaration by name (the launcher's flags are made from these).
+SETTINGS: dict[str, Setting] = _settings()
+
+
+def _checked(spec: Setting, value):
+    """`value` as the setting takes it (a sequence as a tuple, an integral float as an int), or a KitmConfigError
+    naming the setting: the wrong type, a non-finite number, a value beyond the bounds or a choice not offered."""
+    if value is None and spec.optional:
+        return value
+    if spec.kind is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            example = list(spec.default) if spec.default else [1.0]
+            raise KitmConfigError(f"{option(spec.name)} takes a sequence of values (e.g. {example!r}); got "
+                                  f"{value!r}.")
+        shown = f"{option(spec.name)}={','.join(map(_number, value))}"
+        items = tuple(_scalar(spec, spec.item, item, shown, f"item {_number(item)} is ") for item in value)
+        return items if items != value or not isinstance(value, tuple) else value
+    value = _scalar(spec, spec.kind, value, f"{option(spec.name)}={_number(value)}")
+    if spec.choices is not None and value not in spec.choices:
+        raise KitmConfigError(f"{option(spec.name)}={value}: not one of its choices; choose from "
+                              f"{', '.join(spec.choices)}.")
+    if (spec.lower is not None and value < spec.lower) or (spec.upper is not None and value > spec.upper):
+        reason = f" ({spec.why})" if spec.why else ""
+        raise KitmConfigError(f"{option(spec.name)}={_number(value)}: must be {bounds_text(spec)}{reason}; the "
+                              f"default is {_number(spec.default)}.")
+    return value
+
+
+def bounds_text(spec: Setting) -> str:
+    """The bounds of a setting in words ("in [0, 1]", ">= 16"), or "" for none."""
+    if spec.lower is not None and spec.upper is not None:
+        return f"in [{_number(spec.lower)}, {_number(spec.upper)}]"
+    if spec.lower is not None:
+        return f">= {_number(spec.lower)}"
+    return f"<= {_number(spec.upper)}" if spec.upper is not None else ""
+
+
+def _scalar(spec: Setting, kind: type, value, shown: str, what: str = ""):
+    """One value of type `kind` (a setting, or an item of a sequence setting), checked for its type and finiteness;
+    `shown` is the setting as the error shows it, `what` the item at fault."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise KitmConfigError(f"{shown}: {what}not true or false (a {type(value).__name__}).")
+    if kind is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise KitmConfigError(f"{shown}: {what}not a whole number (a {type(value).__name__}).")
+    if kind is float:
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise KitmConfigError(f"{shown}: {what}not a number (a {type(value).__name__}).")
+        if not math.isfinite(value):
+            within = bounds_text(spec)
+            raise KitmConfigError(f"{shown}: {what}not a finite number; give a finite one"
+                                  + (f" {within}" if within else "") + f" (the default is {_number(spec.default)}).")
+        return value
+    if spec.choices is not None and isinstance(value, bool) and str(value).lower() in spec.choices:
+        return str(value).lower()  # jit_compile=True from Python: the choice "true"
+    if isinstance(value, os.PathLike) and spec.choices is None:
+        return os.fspath(value)  # data_dir=pathlib.Path(...)
+    if not isinstance(value, str):
+        raise KitmConfigError(f"{shown}: {what}not a string (a {type(value).__name__}).")
+    return value
+
+
+def _number(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_number(item) for item in value) or "empty"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,9 +438,9 @@ class ExperimentConfig:
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     export: ExportConfig = ExportConfig()
-    run_dir: str | None = None  # default runs/<dataset>
+    run_dir: str | None = None  # RUN_DIR_HELP
     explicit: frozenset[str] = frozenset()
-    preset: frozenset[str] = frozenset()  # the settings the dataset's presets filled
+    preset: frozenset[str] = frozenset()  # the settings filled on the user's behalf (the dataset's presets, ...)
 
     def settings(self) -> dict:
         """Every setting by name (lists for the tuple-valued ones), the flat view of summary.json and hparams."""
@@ -198,6 +460,11 @@ class ExperimentConfig:
         """A copy with `settings` (flat names) changed; they count as explicitly given."""
         return self._with(settings, explicit=True)
 
+    def fill(self, **settings) -> "ExperimentConfig":
+        """A copy with `settings` (flat names) filled in on the user's behalf (a dataset's presets, what a joint
+        preset implies): they are not counted as given, so a later check does not tell the user to drop them."""
+        return self._with(settings, explicit=False)
+
     def _with(self, settings: Mapping[str, object], *, explicit: bool) -> "ExperimentConfig":
         grouped: dict[str, dict] = {}
         top = {}
@@ -205,8 +472,7 @@ class ExperimentConfig:
             if name == "run_dir":
                 top["run_dir"] = None if value is None else str(value)
                 continue
-            section = _section(name)
-            grouped.setdefault(section, {})[name] = _typed(name, value)
+            grouped.setdefault(_section(name), {})[name] = value
         changes = {section: dataclasses.replace(getattr(self, section), **values)
                    for section, values in grouped.items()}
         if explicit:
@@ -221,14 +487,3 @@ def _section(name: str) -> str:
         return SECTION_OF[name]
     except KeyError:
         raise KitmConfigError(f"Unknown setting {name!r}; the settings are: {', '.join(SETTING_NAMES)}.") from None
-
-
-def _typed(name: str, value):
-    """Tuple-valued settings accept any sequence (a list from a flag or from JSON)."""
-    default = getattr(SECTIONS[SECTION_OF[name]](), name)
-    if isinstance(default, tuple):
-        if isinstance(value, str):
-            raise KitmConfigError(f"{option(name)} takes a sequence of values (e.g. [{default[0]!r}] or "
-                                  f"{list(default)!r}); got the string {value!r}.")
-        return tuple(value)
-    return value

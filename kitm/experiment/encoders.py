@@ -112,7 +112,7 @@ def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
             if name in config.explicit and config.get(name) != HUB:
                 raise KitmConfigError(f"{option('joint_preset')} makes both towers keras-hub ones; drop "
                                       f"{option(name)}={config.get(name)} (or set it to {HUB}).")
-        return config._with({"image_encoder": HUB, "text_encoder": HUB}, explicit=False)
+        return config.fill(image_encoder=HUB, text_encoder=HUB)
     if model.image_encoder == HUB and not model.image_preset:
         raise KitmConfigError(f"{option('image_encoder')}={HUB} needs {option('image_preset')}: a keras-hub preset "
                               "handle (e.g. clip_vit_base_patch32, vit_base_patch16_224_imagenet, "
@@ -176,13 +176,12 @@ def build_hub_tokenizer(config: ExperimentConfig):
     return HubCaptionTokenizer(load_tokenizer(preset, setting), family, length, name="tokenizer")
 
 
-def build_towers(config: ExperimentConfig, tokenizer):
-    """(image_encoder, text_encoder, joint) for the model; joint is a `kitm.layers.hub_towers.JointPreset` when the
-    towers come from `joint_preset` (it then sets the projections), else None. Build under the strategy's scope."""
+def load_joint_preset(config: ExperimentConfig):
+    """The `joint_preset` (a `kitm.layers.hub_towers.JointPreset`: both towers' backbone, its joint space and
+    temperature), or None without one. Load it under the strategy's scope, before anything is built from the
+    configuration: what it implies (`hand_over_logit_scale`) is settled first."""
     if not config.model.joint_preset:
-        vocabulary_size = getattr(tokenizer, "vocabulary_size", 0)
-        return build_image_encoder(config), build_text_encoder(config, vocabulary_size,
-                                                               config.model.text_encoder), None
+        return None
     from kitm.layers.hub_presets import JOINT_FAMILIES, family_of, load_backbone
     from kitm.layers.hub_towers import JointPreset
 
@@ -193,8 +192,20 @@ def build_towers(config: ExperimentConfig, tokenizer):
     if "embedding_dim" in config.explicit and model.embedding_dim != joint.embedding_dim:
         raise KitmConfigError(f"{option('joint_preset')}={preset} has a {joint.embedding_dim}-dimensional joint "
                               f"space; drop {option('embedding_dim')}={model.embedding_dim}.")
-    return (_hub_image_tower(config, backbone, preset, "joint_preset", joint.family),
-            _hub_text_tower(backbone, joint.family), joint)
+    return joint
+
+
+def build_towers(config: ExperimentConfig, tokenizer, joint=None):
+    """(image_encoder, text_encoder, joint) for the model; joint is a `kitm.layers.hub_towers.JointPreset` when the
+    towers come from `joint_preset` (it then sets the projections; `load_joint_preset`'s, or loaded here), else
+    None. Build under the strategy's scope."""
+    if not config.model.joint_preset:
+        vocabulary_size = getattr(tokenizer, "vocabulary_size", 0)
+        return build_image_encoder(config), build_text_encoder(config, vocabulary_size,
+                                                               config.model.text_encoder), None
+    joint = joint if joint is not None else load_joint_preset(config)
+    return (_hub_image_tower(config, joint.backbone, joint.preset, "joint_preset", joint.family),
+            _hub_text_tower(joint.backbone, joint.family), joint)
 
 
 def _hub_image_tower(config: ExperimentConfig, backbone, preset: str, setting: str, family: str):
@@ -277,4 +288,4 @@ def hand_over_logit_scale(config: ExperimentConfig, joint) -> ExperimentConfig:
     else:
         pretrained = {"logit_scale_init": math.exp(joint.logit_scale)}
     values = {name: value for name, value in pretrained.items() if value is not None and name not in config.explicit}
-    return config._with(values, explicit=False) if values else config
+    return config.fill(**values) if values else config

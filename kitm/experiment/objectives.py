@@ -10,10 +10,11 @@ the launcher.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 
 from kitm.errors import KitmConfigError, KitmError, option, rename_options
-from kitm.experiment.config import ExperimentConfig
+from kitm.experiment.config import ExperimentConfig, Negatives
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,8 +210,9 @@ def resolve_negatives(config: ExperimentConfig, replicas: int) -> ExperimentConf
     global with several replicas when every loss can gather, else local; "global" with a loss that cannot gather is
     refused, naming it."""
     negatives = config.training.negatives
-    if negatives not in ("auto", "global", "local"):
-        raise KitmConfigError(f"{option('negatives')}={negatives}: expected auto, global or local.")
+    if negatives not in typing.get_args(Negatives):
+        raise KitmConfigError(f"{option('negatives')}={negatives}: expected one of "
+                              f"{', '.join(typing.get_args(Negatives))}.")
     names = list(config.objective.loss)
     cannot = [name for name in names if name in OBJECTIVES and not OBJECTIVES[name].global_negatives]
     if negatives == "global" and cannot:

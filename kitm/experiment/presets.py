@@ -70,7 +70,7 @@ def experiment_config(dataset: str = "synthetic", **settings) -> ExperimentConfi
     ('small_cnn', 2)
     """
     given = {"dataset": dataset, **settings}
-    config = ExperimentConfig()._with(given, explicit=True)
-    config = config._with(preset_settings(config), explicit=False)
+    config = ExperimentConfig().replace(**given)
+    config = config.fill(**preset_settings(config))
     check_objective(config)  # the objective's one check, when the configuration is made
     return config

@@ -8,12 +8,16 @@ always has); the steps share a `_RunParts` instead of passing its values along.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 import platform
 import shutil
 import sys
 import time
+import typing
+
+import keras
 
 from kitm.errors import KitmConfigError, option
 from kitm.experiment import datasets, encoders
@@ -23,6 +27,16 @@ from kitm.experiment.objectives import check_grad_cache, resolve_negatives, uses
 from kitm.experiment.trainers import make_trainer
 from kitm.files import write_json_atomically
 from kitm.progress import keras_verbosity
+
+if typing.TYPE_CHECKING:  # the types of _RunParts' fields; the modules load when a run needs them
+    import tensorflow as tf
+
+    from kitm.data.pipeline import PipelineConfig
+    from kitm.data.schema import DatasetInfo
+    from kitm.experiment.trainers import Trainer
+    from kitm.layers import CaptionTokenizer
+    from kitm.layers.hub_tokenizers import HubCaptionTokenizer
+    from kitm.layers.hub_towers import JointPreset
 
 SUMMARY_FILE = "summary.json"
 
@@ -93,21 +107,24 @@ def evaluation_relevance(config: ExperimentConfig, data_dir: pathlib.Path, split
     return {"relevance_fn": functools.partial(caption_relevance, source)}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class _RunParts:
-    """What the steps of one training run share: its settings, records, folders, strategy and, once made, its
-    tokenizer, input settings and trainer. `chief_dir` is where the vocabulary and the backup are read (the chief's
-    run directory); `run_dir` is where this worker writes (the chief's, or a temporary directory on the others)."""
+    """What the steps of one training run share, made in order and then fixed: its settings (final: nothing after
+    this changes them), records, folders and strategy, the joint preset when the settings name one, then the
+    tokenizer, the input settings and the trainer (`dataclasses.replace` adds each). `chief_dir` is where the
+    vocabulary and the backup are read (the chief's run directory); `run_dir` is where this worker writes (the
+    chief's, or a temporary directory on the others)."""
 
     config: ExperimentConfig
-    info: object
+    info: DatasetInfo
     data_dir: pathlib.Path
     chief_dir: pathlib.Path
     run_dir: pathlib.Path
-    strategy: object
-    tokenizer: object = None
-    pipeline_config: object = None
-    trainer: object = None
+    strategy: tf.distribute.Strategy
+    joint: JointPreset | None = None
+    tokenizer: CaptionTokenizer | HubCaptionTokenizer | None = None
+    pipeline_config: PipelineConfig | None = None
+    trainer: Trainer | None = None
 
 
 def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy,
@@ -120,22 +137,26 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     # Global or local negatives for this replica count (docs/scale.md); the summary records the resolved value.
     config = resolve_negatives(config, strategy.num_replicas_in_sync)
     check_grad_cache(config, strategy.num_replicas_in_sync)
-    run = _RunParts(config, info, data_dir, run_dir, pathlib.Path(write_dir or run_dir), strategy)
     check_training_settings(config, info)
     print(f"Dtype policy: {precision.set_mixed_precision(config.training.mixed_precision)}.")
-    run.tokenizer = _tokenizer(run)
-    run.pipeline_config = _pipeline_config(run)
-    run.trainer = make_trainer(config, data_dir=data_dir, run_dir=run.run_dir, info=info)
+    config, joint = _settle_joint_preset(config, strategy)
+    run = _RunParts(config=config, info=info, data_dir=data_dir, chief_dir=run_dir,
+                    run_dir=pathlib.Path(write_dir or run_dir), strategy=strategy, joint=joint)
+    run = dataclasses.replace(run, tokenizer=_tokenizer(run))
+    run = dataclasses.replace(run, pipeline_config=_pipeline_config(run),
+                              trainer=make_trainer(config, data_dir=data_dir, run_dir=run.run_dir, info=info))
     train = _training_input(run)
     model = _build_model(run, train)
-    settings = run.config.settings()
+    settings = config.settings()
     write_hparams(run.run_dir / "logs", settings, trial_id=run.run_dir.name)
-    callbacks, backup, collapse = _callbacks(run, train.steps_per_epoch)
+    callbacks, backup, collapse, non_finite = _callbacks(run, train.steps_per_epoch)
     train_started = time.time()
     # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     history = run.trainer.fit(model, train.dataset, callbacks, steps_per_epoch=train.steps_per_epoch,
-                              verbose=keras_verbosity(run.config.training.progress))  # a line per epoch off a tty
+                              verbose=keras_verbosity(config.training.progress))  # a line per epoch off a tty
     train_seconds = time.time() - train_started
+    if non_finite.stopped_at is not None:  # no test, export or summary of a model whose weights hold NaN
+        raise non_finite.error(config, run.chief_dir)
     test_split, test_figures = _test(run, model, history)
     export_path = _export(run, model)
     summary = {
@@ -153,6 +174,49 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
         summary["collapse"] = collapse.report()
     _finish(run, summary, collapse)
     return summary
+
+
+def _settle_joint_preset(config: ExperimentConfig, strategy) -> tuple[ExperimentConfig, JointPreset | None]:
+    """(config, joint): with `joint_preset`, the preset loaded (under the strategy's scope, as the model's other
+    variables) and what it implies filled into the settings, its joint space's size and its temperature
+    (kitm.layers.hub_towers.JointPreset), before anything is built from them; else (config, None)."""
+    if not config.model.joint_preset:
+        return config, None
+    with strategy.scope():
+        joint = encoders.load_joint_preset(config)
+    return encoders.hand_over_logit_scale(config.fill(embedding_dim=joint.embedding_dim), joint), joint
+
+
+class NonFiniteLossStop(keras.callbacks.TerminateOnNaN):
+    """Ends training at the first batch whose loss is NaN or infinite (as TerminateOnNaN, whose stop the backup
+    and the checkpoint see: they keep the last good state) and remembers where, so the run then stops with an
+    error naming the step instead of testing and exporting a broken model."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopped_at: tuple[int, int, float] | None = None  # (epoch, batch, loss), both counted from 1
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)) and self.stopped_at is None:
+            self.stopped_at = (self._epoch + 1, batch + 1, float(loss))
+            print(f"kitm: the training loss is {float(loss)} at batch {batch + 1} of epoch {self._epoch + 1}: "
+                  "training stops here.", file=sys.stderr, flush=True)
+        if self.stopped_at is not None:
+            self.model.stop_training = True
+
+    def error(self, config: ExperimentConfig, run_dir: pathlib.Path) -> KitmConfigError:
+        epoch, batch, loss = self.stopped_at
+        return KitmConfigError(
+            f"The training loss became {loss} at batch {batch} of epoch {epoch}: training stopped there, without a "
+            f"test, an export or a summary. The usual cause is a learning rate too large for the model "
+            f"({option('learning_rate')}={config.training.learning_rate:g}): lower it and give a new "
+            f"{option('run_dir')} (the weights of the last good epoch, if one finished, are in "
+            f"{run_dir / 'checkpoints' / 'last.weights.h5'}).")
 
 
 def _tokenizer(run: _RunParts):
@@ -228,19 +292,15 @@ def _training_input(run: _RunParts):
 
 
 def _build_model(run: _RunParts, train):
-    """The dual encoder, its optimizer and objective, under the strategy's scope. A joint preset (CLIP, SigLIP)
-    hands its embedding size and temperature over to the settings, so `run.config` may change here."""
+    """The dual encoder, its optimizer and objective, under the strategy's scope (a joint preset's towers from
+    `run.joint`, whose joint space and temperature the settings already hold)."""
     from kitm.metrics import EmbeddingCollapse
     from kitm.models import DualEncoder
     from kitm.training import finetune
 
     config, t = run.config, run.config.training
     with run.strategy.scope():
-        image_encoder, text_encoder, joint = encoders.build_towers(config, run.tokenizer)
-        if joint is not None:  # the preset's joint space and temperature (kitm.layers.hub_towers.JointPreset)
-            config = encoders.hand_over_logit_scale(config._with({"embedding_dim": joint.embedding_dim},
-                                                                 explicit=False), joint)
-            run.config = run.trainer.config = config
+        image_encoder, text_encoder, joint = encoders.build_towers(config, run.tokenizer, run.joint)
         model = DualEncoder(image_encoder, text_encoder, config.model.embedding_dim, name="dual_encoder")
         model.build_from_inputs(train.element_spec[0])
         if joint is not None:
@@ -260,20 +320,19 @@ def _build_model(run: _RunParts, train):
 
 
 def _callbacks(run: _RunParts, steps_per_epoch: int):
-    """(callbacks, the backup, the collapse monitor or None): backup, collapse, fine-tuning, validation, projector,
-    the trainer's own, TensorBoard and the weights checkpoint, in that order."""
-    import keras
-
+    """(callbacks, the backup, the collapse monitor or None, the non-finite loss stop): that stop, backup, collapse,
+    fine-tuning, validation, projector, the trainer's own, TensorBoard and the weights checkpoint, in that order."""
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.training import finetune
     from kitm.training.fault_tolerance import backup_save_freq
 
     t = run.config.training
-    # TerminateOnNaN first: the backup sees its stop and keeps the last good state.
+    # The non-finite loss stop first: the backup sees its stop and keeps the last good state.
     backup = run.trainer.backup(run.chief_dir, run.run_dir, steps_per_epoch=steps_per_epoch,
                                 save_freq=backup_save_freq(t.backup_every_steps))
-    callbacks = [keras.callbacks.TerminateOnNaN(), backup]
+    non_finite = NonFiniteLossStop()
+    callbacks = [non_finite, backup]
     collapse = None
     if t.collapse_threshold:
         collapse = CollapseMonitor(t.collapse_threshold, stop=t.stop_on_collapse)
@@ -287,7 +346,7 @@ def _callbacks(run: _RunParts, steps_per_epoch: int):
         keras.callbacks.TensorBoard(str(run.run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run.run_dir / "checkpoints" / "last.weights.h5"),
     ]
-    return callbacks, backup, collapse
+    return callbacks, backup, collapse, non_finite
 
 
 def _validation_callbacks(run: _RunParts) -> list:
@@ -379,8 +438,6 @@ def _export(run: _RunParts, model) -> str | None:
 
 def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
     """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history."""
-    import keras
-
     from kitm.training.distribution import is_chief, num_workers
 
     info = run.info
@@ -399,7 +456,6 @@ def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
 
 
 def _machine() -> dict:
-    import keras
     import tensorflow as tf
 
     return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),

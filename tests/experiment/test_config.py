@@ -2,6 +2,7 @@
 that name a setting in Python and a flag through the launcher."""
 
 import dataclasses
+import pathlib
 
 import pytest
 from absl import flags
@@ -86,3 +87,38 @@ def test_a_registered_objective_is_built_from_python_and_composes_with_the_paper
             register_objective("test_wide_triplet", build)
     finally:
         objectives.OBJECTIVES.pop("test_wide_triplet")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"learning_rate": float("nan")}, "learning_rate=nan: not a finite number; give a finite one in [0, 1]"),
+    ({"learning_rate": 1e30}, "learning_rate=1e+30: must be in [0, 1] (Adam moves each weight"),
+    ({"finetune_learning_rate": 2.0}, "finetune_learning_rate=2: must be in [0, 1]"),
+    ({"sam_tau": float("inf")}, "sam_tau=inf: not a finite number; give a finite one >= 1e-06"),
+    ({"ladder_margins": [0.2, float("-inf")]}, "ladder_margins=0.2,-inf: item -inf is not a finite number"),
+    ({"angle_degrees": 90.0}, "angle_degrees=90: must be in [1, 89]; the default is 45."),
+    ({"batch_size": 1}, "batch_size=1: must be >= 2; the default is 128."),
+    ({"negatives": "everywhere"}, "negatives=everywhere: not one of its choices; choose from auto, global, local."),
+    ({"epochs": "3"}, "epochs=3: not a whole number (a str)."),
+    ({"flip": "false"}, "flip=false: not true or false (a str)."),
+])
+def test_bounds_and_choices_are_checked_when_the_configuration_is_made(settings, message):
+    """In Python the error names the keyword, through the launcher the flag (tests/test_launch.py)."""
+    for make in (lambda: experiment_config("synthetic", **settings), lambda: ExperimentConfig().replace(**settings)):
+        with pytest.raises(KitmConfigError) as raised:
+            make()
+        assert str(raised.value).startswith(message)
+        assert raised.value.for_flags().startswith("--" + message)
+    section = SECTION_OF[next(iter(settings))]
+    with pytest.raises(KitmConfigError, match="^" + next(iter(settings))):  # a section made directly checks too
+        dataclasses.replace(getattr(ExperimentConfig(), section), **settings)
+
+
+def test_settings_are_normalised_and_the_bounds_themselves_accepted():
+    config = ExperimentConfig().replace(jit_compile=True, epochs=3.0, loss=["triplet"], learning_rate=1,
+                                        angle_degrees=89.0, train_fraction=1e-6, neighborhood_alpha=None)
+    assert (config.training.jit_compile, config.training.epochs, config.objective.loss) == ("true", 3, ("triplet",))
+    assert type(config.training.epochs) is int
+    assert ExperimentConfig().replace(data_dir=pathlib.Path("tfrecords/x")).data.data_dir == "tfrecords/x"
+    filled = config.fill(embedding_dim=64)
+    assert filled.model.embedding_dim == 64 and "embedding_dim" in filled.preset
+    assert "embedding_dim" not in filled.explicit
