@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SMALL_SPLIT = 100  # kitm.eval.cli.SMALL_SET_IMAGES: fewer images than this give figures that vary by several points
+SMALL_SPLIT = 100  # kitm.eval.small_sets.SMALL_SET_IMAGES: fewer images than this give figures that vary by several points
 
 
 def print_report(report: dict[str, Any]) -> None:
