@@ -1,14 +1,17 @@
 """The entry points of 1-D k-means: check the input, draw the Lloyd runs' random numbers, cut the rows into
-chunks that bound memory, and run the solver (kitm.ops.kmeans1d.solve) as one tf.function per setting."""
+chunks that bound memory, and run the solver (kitm.ops.kmeans1d.solve), compiled once per setting
+(kitm.ops.kmeans1d.backend)."""
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import tensorflow as tf
+import keras
+from keras import ops
 
-from kitm.ops.kmeans1d.seeding import _draws_per_run, _trial_groups
+from kitm.ops.kmeans1d import backend as _backend
+from kitm.ops.kmeans1d.seeding import _uniform_draws
 from kitm.ops.kmeans1d.solve import _solve
 
 # Rows per chunk are chosen so that one [rows, n, n] float64 cost table stays below this many
@@ -32,31 +35,33 @@ class KMeans1DCandidates(NamedTuple):
                  silhouette.
     """
 
-    labels: tf.Tensor
-    sse: tf.Tensor
-    silhouette: tf.Tensor
-    eligible: tf.Tensor
-    optimal_sse: tf.Tensor
+    labels: Any
+    sse: Any
+    silhouette: Any
+    eligible: Any
+    optimal_sse: Any
 
 
 def auto_kmeans_1d(
-    values: tf.Tensor,
+    values,
     k_min: int,
     k_max: int,
     *,
-    mask: tf.Tensor | None = None,
+    mask=None,
     lloyd_runs: int = DEFAULT_LLOYD_RUNS,
     seed: int = 0,
     max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
     jit_compile: bool = True,
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+) -> tuple:
     """Cluster each row of `values` with 1-D k-means, k chosen by the mean silhouette.
 
     `L* = argmax_{k_min <= k <= k_max} mean_i Sil(x_i; C_1..C_k)` (Zhou et al., Eq. 9), each C the
     globally optimal k-means partition of the row (exact DP), or the result of a Lloyd run from
     k-means++ seeds where that scores a higher silhouette (kitm.ops.kmeans1d, "Why Lloyd runs too").
 
-    Works eagerly and inside `tf.function` (also with `jit_compile=True` and unknown shapes).
+    Works on every Keras backend, eagerly and compiled: on TensorFlow inside `tf.function` (also with
+    `jit_compile=True` and unknown shapes), on JAX inside `jax.jit`.  The clustering runs in float64 (on
+    JAX that needs `jax_enable_x64`; without it JAX computes in float32).
 
     Args:
       values: float [rows, cols] (any float dtype; rows and cols may be unknown when tracing);
@@ -72,7 +77,7 @@ def auto_kmeans_1d(
       jit_compile: run the clustering as one XLA computation, compiled once per input shape
         (about 1-3 s on first use).  XLA fuses the DP's table passes: about 4x faster than the
         op-by-op graph at 256 x 128.  Pass False where XLA is unavailable or shapes keep changing.
-        (Inside a caller's own XLA computation the two are the same.)
+        (Inside a caller's own XLA computation the two are the same; PyTorch ignores it.)
 
     Returns:
       labels: int32 [rows, cols], 1 for the cluster with the highest centre, 2 the next, ..., 0 for
@@ -84,18 +89,18 @@ def auto_kmeans_1d(
     x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
     labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs, seed, False,
                                     bool(jit_compile))(x, valid)
-    labels.set_shape(x.shape)  # the runner is traced for any shape; keep what is known
-    k.set_shape(x.shape[:1])
-    silhouette.set_shape(x.shape[:1])
-    return labels, k, tf.cast(silhouette, out_dtype)
+    _backend.set_shape(labels, x.shape)  # the runner is traced for any shape; keep what is known
+    _backend.set_shape(k, x.shape[:1])
+    _backend.set_shape(silhouette, x.shape[:1])
+    return labels, k, ops.cast(silhouette, out_dtype)
 
 
 def kmeans_1d_candidates(
-    values: tf.Tensor,
+    values,
     k_min: int,
     k_max: int,
     *,
-    mask: tf.Tensor | None = None,
+    mask=None,
     lloyd_runs: int = DEFAULT_LLOYD_RUNS,
     seed: int = 0,
     max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS,
@@ -109,41 +114,31 @@ def kmeans_1d_candidates(
     labels, sse, silhouette, eligible, optimal_sse = _runner(
         k_min, k_max, max_table_elements, lloyd_runs, seed, True, bool(jit_compile))(x, valid)
     num_k = k_max - k_min + 1
-    labels.set_shape([x.shape[0], num_k, x.shape[1]])
+    _backend.set_shape(labels, [x.shape[0], num_k, x.shape[1]])
     for t in (sse, silhouette, eligible, optimal_sse):
-        t.set_shape([x.shape[0], num_k])
-    return KMeans1DCandidates(labels, tf.cast(sse, out_dtype), tf.cast(silhouette, out_dtype), eligible,
-                              tf.cast(optimal_sse, out_dtype))
+        _backend.set_shape(t, [x.shape[0], num_k])
+    return KMeans1DCandidates(labels, ops.cast(sse, out_dtype), ops.cast(silhouette, out_dtype), eligible,
+                              ops.cast(optimal_sse, out_dtype))
 
 
 @functools.lru_cache(maxsize=None)
 def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, seed: int, candidates: bool,
             jit_compile: bool):
-    """One tf.function per setting, traced once for any [rows, cols] (XLA still compiles per shape)."""
+    """One compiled function per setting (kitm.ops.kmeans1d.backend.compiled)."""
     if candidates:
         fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[3:]  # noqa: E731
-        signature = (tf.TensorSpec([None, None, None], tf.int32), tf.TensorSpec([None, None], tf.float64),
-                     tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool),
-                     tf.TensorSpec([None, None], tf.float64))
+        out_dtypes, out_ranks = ("int32", "float64", "float64", "bool", "float64"), (3, 2, 2, 2, 2)
     else:
         fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[:3]  # noqa: E731
-        signature = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32),
-                     tf.TensorSpec([None], tf.float64))
+        out_dtypes, out_ranks = ("int32", "int32", "float64"), (2, 1, 1)
 
     def run(x, valid):
         # Every random number a row's Lloyd runs use is drawn here, per row, before chunking: a
         # row's clusters depend on (seed, its row index) and not on the chunk size.
-        draws = tf.random.stateless_uniform(
-            [tf.shape(x)[0], len(_trial_groups(k_min, k_max)), lloyd_runs, _draws_per_run(k_min, k_max)],
-            tf.constant([seed, 0], tf.int64), dtype=tf.float64, alg="philox")
-        return _chunked(fn, (x, valid, draws), max_table_elements, signature)
+        draws = _uniform_draws(ops.shape(x)[0], k_min, k_max, lloyd_runs, seed)
+        return _backend.map_chunks(fn, (x, valid, draws), max_table_elements, out_dtypes, out_ranks)
 
-    return tf.function(
-        run,
-        input_signature=[tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool)],
-        jit_compile=jit_compile,
-        autograph=False,
-    )
+    return _backend.compiled(run, jit_compile)
 
 
 def _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed):
@@ -159,69 +154,29 @@ def _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, se
     if isinstance(max_table_elements, bool) or not isinstance(max_table_elements, int) or max_table_elements < 1:
         raise ValueError(f"max_table_elements must be a positive int, got {max_table_elements!r}")
 
-    values = tf.convert_to_tensor(values)
-    if not values.dtype.is_floating:
-        raise TypeError(f"values must be a float tensor, got dtype {values.dtype.name}")
-    if values.shape.rank is not None and values.shape.rank != 2:
-        raise ValueError(f"values must be 2-D [rows, cols], got shape {values.shape}")
-    values = tf.ensure_shape(values, [None, None])  # checks the rank at run time when unknown now
-    cols = values.shape[1]
-    checks = []
-    if cols is not None:
-        if k_max > cols:
-            raise ValueError(
-                f"k_max must be <= cols (the values per row), got k_max={k_max}, values shape {values.shape}")
-    else:
-        checks.append(tf.debugging.assert_less_equal(
-            tf.constant(k_max, tf.int32), tf.shape(values)[1],
-            message=f"auto_kmeans_1d: k_max={k_max} exceeds cols, the number of values per row"))
+    values = ops.convert_to_tensor(values)
+    dtype = keras.backend.standardize_dtype(values.dtype)
+    if "float" not in dtype:
+        raise TypeError(f"values must be a float tensor, got dtype {dtype}")
+    rank = _backend.static_rank(values)
+    if rank is not None and rank != 2:
+        raise ValueError(f"values must be 2-D [rows, cols], got shape {tuple(values.shape)}")
+    cols = values.shape[1] if rank is not None else None
+    if cols is not None and k_max > cols:
+        raise ValueError(
+            f"k_max must be <= cols (the values per row), got k_max={k_max}, values shape {tuple(values.shape)}")
 
     if mask is None:
-        valid = tf.ones_like(values, dtype=tf.bool)
+        valid = ops.ones_like(values, dtype="bool")
     else:
-        valid = tf.convert_to_tensor(mask)
-        if valid.dtype != tf.bool:
-            raise TypeError(f"mask must be a bool tensor, got dtype {valid.dtype.name}")
-        if not valid.shape.is_compatible_with(values.shape):
-            raise ValueError(f"mask must have the shape of values, got mask {valid.shape} and values {values.shape}")
-        checks.append(tf.debugging.assert_equal(
-            tf.shape(valid), tf.shape(values),
-            message="auto_kmeans_1d: mask must have the shape of values"))
+        valid = ops.convert_to_tensor(mask)
+        if keras.backend.standardize_dtype(valid.dtype) != "bool":
+            raise TypeError(f"mask must be a bool tensor, got dtype {keras.backend.standardize_dtype(valid.dtype)}")
+        if rank is not None and (len(valid.shape) != rank or any(
+                a is not None and b is not None and a != b for a, b in zip(valid.shape, values.shape))):
+            raise ValueError(f"mask must have the shape of values, got mask {tuple(valid.shape)} and values "
+                             f"{tuple(values.shape)}")
     # Labels are discrete and the silhouette only selects k, so nothing here is differentiable.
-    x = tf.cast(tf.stop_gradient(values), tf.float64)
-    checks.append(tf.debugging.assert_all_finite(
-        tf.where(valid, x, tf.zeros_like(x)), "auto_kmeans_1d: values must be finite where clustered"))
-    with tf.control_dependencies(checks):
-        x = tf.identity(x)
-    out_dtype = values.dtype
-    return x, valid, out_dtype
-
-
-def _chunked(fn, inputs, max_table_elements, signature):
-    """Apply `fn(x_chunk, valid_chunk, ...)` to row blocks small enough for one [rows, n, n] table."""
-    x = inputs[0]
-    rows = tf.shape(x)[0]
-    cols = tf.shape(x)[1]
-    rows_per_chunk = tf.maximum(1, max_table_elements // tf.maximum(cols * cols, 1))
-    # At least one chunk: map_fn cannot stack the outputs of zero iterations.
-    num_chunks = tf.maximum((rows + rows_per_chunk - 1) // rows_per_chunk, 1)
-    # Even chunks, so that the padding (rows with nothing valid) is less than one row per chunk.
-    chunk = (rows + num_chunks - 1) // num_chunks
-    pad = num_chunks * chunk - rows
-
-    # Shapes are unknown when this is traced (one trace serves every shape), so even a single chunk
-    # goes through map_fn: one iteration costs little, and a tf.cond around a direct call would
-    # trace the whole solver twice.
-    def chunked(t):
-        t = tf.pad(t, tf.concat([[[0, pad]], tf.zeros([tf.rank(t) - 1, 2], tf.int32)], axis=0))
-        return tf.reshape(t, tf.concat([[num_chunks, chunk], tf.shape(t)[1:]], axis=0))
-
-    out = tf.map_fn(lambda parts: fn(*parts), tuple(chunked(t) for t in inputs), fn_output_signature=signature)
-
-    def unchunk(t):
-        t = tf.reshape(t, tf.concat([[num_chunks * chunk], tf.shape(t)[2:]], axis=0))
-        return t[:rows]
-
-    return tuple(unchunk(t) for t in out)
-
-
+    x = ops.cast(ops.stop_gradient(values), "float64")
+    x = _backend.checked(x, valid, k_max, cols is not None, mask is not None)
+    return x, valid, dtype

@@ -3,12 +3,17 @@ batched over rows, then the backtrack of every candidate k's runs (kitm.ops.kmea
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
 
-from kitm.ops.kmeans1d.sorted_rows import SortedRows
+from kitm.ops.kmeans1d.sorted_rows import INF, SortedRows, _f64, _int, _shape
 
 # Bands of run ends that skip the all-infinite upper triangle of the DP table (see `_exact_dp`).
 _BANDS = 4
+
+
+def _gather_rows(table, at):
+    """table [r, m] read at at [r, ...] along axis 1 (at has table's rank)."""
+    return ops.take_along_axis(table, at, axis=1)
 
 
 def _exact_dp(rows: SortedRows, k_max):
@@ -27,54 +32,50 @@ def _exact_dp(rows: SortedRows, k_max):
     step a pass over memory).  The minimised axis i is last (contiguous).
     """
     s1, s2, cut_ok, n_valid = rows.s1, rows.s2, rows.cut_ok, rows.n_valid
-    r = tf.shape(rows.xs)[0]
-    n = tf.shape(rows.xs)[1]
-    inf = tf.constant(float("inf"), tf.float64)
-    ends_, starts_ = tf.range(1, n + 1), tf.range(n)
+    r, n = _shape(rows.xs)[0], _shape(rows.xs)[1]
+    ends_, starts_ = ops.arange(1, n + 1, dtype="int32"), ops.arange(n, dtype="int32")
 
     def q_block(lo, hi):  # q[:, lo:hi, :hi]: ends j = lo+1..hi, starts i = 0..hi-1
         length = ends_[lo:hi, None] - starts_[None, :hi]
         seg_sum = s1[:, lo + 1:hi + 1, None] - s1[:, None, :hi]
-        return tf.where(length > 0, seg_sum * seg_sum * (-1.0 / tf.cast(tf.maximum(length, 1), tf.float64)), inf)
+        return ops.where(length > 0, seg_sum * seg_sum * (-1.0 / _f64(ops.maximum(length, 1))), INF)
 
     def q_at(j, i):  # q at run ends j (1-based) and starts i, same shapes [r, ...]
-        seg_sum = tf.gather(s1, j, batch_dims=1) - tf.gather(s1, i, batch_dims=1)
+        seg_sum = _gather_rows(s1, j) - _gather_rows(s1, i)
         length = j - i
-        return tf.where(length > 0, seg_sum * seg_sum * (-1.0 / tf.cast(tf.maximum(length, 1), tf.float64)), inf)
+        return ops.where(length > 0, seg_sum * seg_sum * (-1.0 / _f64(ops.maximum(length, 1))), INF)
 
     # Half of q is +inf (i >= j).  Band g holds the table rows j-1 in [lo, hi), i.e. ends j <= hi,
     # which only need starts i < hi: each band reads a [r, hi - lo, hi] block, 5/8 of the table
     # for 4 bands.  (Every hi >= 1, so no argmin runs over an empty axis.)
     bands = _BANDS
     band_hi = [(n * g + bands - 1) // bands for g in range(1, bands + 1)]
-    band_lo = [tf.constant(0)] + band_hi[:-1]
+    band_lo = [0] + band_hi[:-1]
 
-    def gather_rows(table, at):
-        return tf.gather(table, at, batch_dims=1)
-
-    last = tf.maximum(n_valid - 1, 0)  # index of the end j = n_valid (any index when n_valid = 0)
-    all_ends = tf.broadcast_to(ends_[None, :], [r, n])
-    d = s2[:, 1:] + q_at(all_ends, tf.zeros_like(all_ends))  # D_1(j) for j = 1..n: one run [0, j)
-    sse = [gather_rows(d, last)]
+    last = ops.maximum(n_valid - 1, 0)[:, None]  # index of the end j = n_valid (any index when n_valid = 0)
+    all_ends = ops.broadcast_to(ends_[None, :], (r, n))
+    d = s2[:, 1:] + q_at(all_ends, ops.zeros_like(all_ends))  # D_1(j) for j = 1..n: one run [0, j)
+    sse = [_gather_rows(d, last)[:, 0]]
     # best_cut[k-1][b, j-1] = start of the last run in the best k-run split of [0, j); for k = k_max
     # only j = n_valid is ever read back, so that step scores one row of q instead of the table.
     best_cut = [None]
     for k in range(2, k_max + 1):
         # E(0) = +inf: D_{k-1}(0) is infinite for k - 1 >= 1 runs.
-        e = tf.concat([tf.fill([r, 1], inf), tf.where(cut_ok[:, 1:n], d[:, :-1], inf) - s2[:, 1:n]], axis=1)
+        e = ops.concatenate([ops.full((r, 1), INF, "float64"),
+                             ops.where(cut_ok[:, 1:n], d[:, :-1], INF) - s2[:, 1:n]], axis=1)
         if k < k_max:
             args = []
             for lo, hi in zip(band_lo, band_hi):
-                args.append(tf.argmin(q_block(lo, hi) + e[:, None, :hi], axis=2, output_type=tf.int32))
-            arg = tf.concat(args, axis=1)
+                args.append(_int(ops.argmin(q_block(lo, hi) + e[:, None, :hi], axis=2)))
+            arg = ops.concatenate(args, axis=1)
             # The minimum, recomputed at the argmin (cheaper than gathering from a block).
-            d = s2[:, 1:] + q_at(all_ends, arg) + gather_rows(e, arg)
-            sse.append(gather_rows(d, last))
+            d = s2[:, 1:] + q_at(all_ends, arg) + _gather_rows(e, arg)
+            sse.append(_gather_rows(d, last)[:, 0])
         else:
-            end = tf.broadcast_to(n_valid[:, None], [r, n])
-            total = q_at(end, tf.broadcast_to(starts_[None, :], [r, n])) + e  # [r, n]: the row j = n_valid
-            arg = tf.argmin(total, axis=1, output_type=tf.int32)
-            sse.append(gather_rows(s2, n_valid) + gather_rows(total, arg))
+            end = ops.broadcast_to(n_valid[:, None], (r, n))
+            total = q_at(end, ops.broadcast_to(starts_[None, :], (r, n))) + e  # [r, n]: the row j = n_valid
+            arg = _int(ops.argmin(total, axis=1))
+            sse.append(_gather_rows(s2, n_valid[:, None])[:, 0] + _gather_rows(total, arg[:, None])[:, 0])
         best_cut.append(arg)
     return sse, best_cut
 
@@ -87,20 +88,20 @@ def _backtrack(best_cut, n_valid, k_min, k_max):
     start_0 = 0 and start_k = n_valid; runs c >= k of a smaller k are empty, starting and ending at n_valid.
     """
     ks_list = list(range(k_min, k_max + 1))
-    full = tf.tile(n_valid[:, None], [1, len(ks_list)])  # [r, K]
+    full = ops.tile(n_valid[:, None], (1, len(ks_list)))  # [r, K]
     end = full
     run_start = {}
     for c in range(k_max, 1, -1):
-        active = tf.constant([k >= c for k in ks_list])[None, :]  # k-splits that have a run c - 1
+        active = ops.convert_to_tensor([k >= c for k in ks_list])[None, :]  # k-splits that have a run c - 1
         if c == k_max:
-            found = tf.tile(best_cut[c - 1][:, None], [1, len(ks_list)])
+            found = ops.tile(best_cut[c - 1][:, None], (1, len(ks_list)))
         else:
             # end >= c on every chain of an eligible k; the clamp only keeps the others in range.
-            found = tf.gather(best_cut[c - 1], tf.maximum(end - 1, 0), batch_dims=1)
-        end = tf.where(active, found, end)
-        run_start[c - 1] = tf.where(active, found, full)
+            found = _gather_rows(best_cut[c - 1], ops.maximum(end - 1, 0))
+        end = ops.where(active, found, end)
+        run_start[c - 1] = ops.where(active, found, full)
     # Stack Python lists rather than slicing one stacked tensor: TF 2.20's grappler rewrites a
     # one-element strided slice of a Pack wrongly (it drops the new axis).
-    starts = tf.stack([tf.zeros_like(full)] + [run_start[c] for c in range(1, k_max)], axis=2)  # [r, K, k_max]
-    ends = tf.stack([run_start[c] for c in range(1, k_max)] + [full], axis=2)
+    starts = ops.stack([ops.zeros_like(full)] + [run_start[c] for c in range(1, k_max)], axis=2)  # [r, K, k_max]
+    ends = ops.stack([run_start[c] for c in range(1, k_max)] + [full], axis=2)
     return starts, ends

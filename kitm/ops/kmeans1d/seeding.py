@@ -1,13 +1,14 @@
 """Greedy k-means++ seeding (scikit-learn's `_kmeans_plusplus`) of every row, k and Lloyd run at once, from
-uniform numbers drawn beforehand (kitm.ops.kmeans1d, "Why Lloyd runs too")."""
+uniform numbers drawn beforehand (kitm.ops.kmeans1d, "Why Lloyd runs too"), and those uniform numbers: a
+counter-based hash, the same on every backend."""
 
 from __future__ import annotations
 
 import math
 
-import tensorflow as tf
+from keras import ops
 
-from kitm.ops.kmeans1d.sorted_rows import _at, _counter
+from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _f64, _int, _shape
 
 
 def _trial_groups(k_min: int, k_max: int) -> list[tuple[int, int]]:
@@ -29,6 +30,46 @@ def _draws_per_run(k_min: int, k_max: int) -> int:
     return 1 + (k_max - 1) * max(trials for trials, _ in _trial_groups(k_min, k_max))
 
 
+def _as_int32(value: int) -> int:
+    """A 32-bit pattern as the int32 that holds it (two's complement)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _hash32(x):
+    """Chris Wellons' `lowbias32` integer hash of int32 tensors, bit for bit as on uint32.
+
+    int32 arithmetic wraps modulo 2^32 on every backend (XLA defines it; TensorFlow's and PyTorch's CPU
+    kernels do it), so the products are the uint32 ones; a right shift of a negative int32 is arithmetic,
+    so the mask after it makes it the logical shift of the uint32 pattern.
+    """
+    def shift(v, bits):
+        return ops.bitwise_and(ops.right_shift(v, bits), (1 << (32 - bits)) - 1)
+
+    x = ops.bitwise_xor(x, shift(x, 16))
+    x = ops.multiply(x, ops.convert_to_tensor(_as_int32(0x7FEB352D), "int32"))
+    x = ops.bitwise_xor(x, shift(x, 15))
+    x = ops.multiply(x, ops.convert_to_tensor(_as_int32(0x846CA68B), "int32"))
+    return ops.bitwise_xor(x, shift(x, 16))
+
+
+def _uniform_draws(rows, k_min: int, k_max: int, runs: int, seed: int):
+    """The uniform numbers of every row's Lloyd runs: float64 [rows, groups, runs, _draws_per_run], in (0, 1).
+
+    Counter-based: the number at (row, group, run, i) is a hash of its flat index and of `seed`, so it depends
+    on the row's index and the seed only (not on chunking, the batch size or the backend), and is the same
+    on TensorFlow, JAX and PyTorch.  24 bits each (exact in any float type; finer than any draw here needs).
+    """
+    groups, per_run = len(_trial_groups(k_min, k_max)), _draws_per_run(k_min, k_max)
+    per_row = groups * runs * per_run
+    counter = ops.arange(rows * per_row, dtype="int32")
+    key = _hash32(ops.convert_to_tensor(_as_int32(seed * 0x9E3779B9 + 0x632BE5AB), "int32"))
+    bits = _hash32(ops.bitwise_xor(_hash32(counter), key))
+    top24 = ops.bitwise_and(ops.right_shift(bits, 8), (1 << 24) - 1)
+    u = (_f64(top24) + 0.5) / float(1 << 24)
+    return ops.reshape(u, (rows, groups, runs, per_run))
+
+
 def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     """Greedy k-means++ seeds for each row, k and run: centres [r, K, runs, k_max], ascending, +inf
     for the clusters c >= k (which then own no value, so every k is handled in the same tensors).
@@ -40,7 +81,6 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     (`_trial_groups`).  `draws` [r, groups, runs, _draws_per_run] holds the uniform numbers:
     draws[..., 0] picks the first centre, the next trials' worth centre 1, and so on.
     """
-    inf = tf.constant(float("inf"), tf.float64)
     groups = _trial_groups(k_min, k_max)
     ordered = {}  # trial count -> centres in the order drawn [r, runs, largest k of the group]
     for g, (trials, largest) in enumerate(groups):
@@ -48,57 +88,57 @@ def _kmeans_plus_plus(xs, s1, s2, in_range, n_valid, draws, k_min, k_max):
     per_k = []
     for k in range(k_min, k_max + 1):
         first_k = ordered[2 + int(math.log(k))][..., :k]
-        padding = tf.fill(tf.concat([tf.shape(first_k)[:2], [k_max - k]], axis=0), inf)
-        per_k.append(tf.sort(tf.concat([first_k, padding], axis=2), axis=2))  # +inf last
-    return tf.stack(per_k, axis=1)
+        padding = ops.full((_shape(first_k)[0], _shape(first_k)[1], k_max - k), INF, "float64")
+        per_k.append(ops.sort(ops.concatenate([first_k, padding], axis=2), axis=2))  # +inf last
+    return ops.stack(per_k, axis=1)
 
 
 def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
     """One greedy k-means++ seeding of `num_centres` centres with `trials` local trials per centre, for
     every row and run; draws [r, runs, D] uniform numbers.  Returns the centres in the order drawn
     [r, runs, num_centres]."""
-    inf = tf.constant(float("inf"), tf.float64)
     x = xs[:, None, :]  # [r, 1, n]
     valid = in_range[:, None, :]
-    r, n = tf.shape(xs)[0], tf.shape(xs)[1]
+    r, n = _shape(xs)[0], _shape(xs)[1]
     count = _counter(xs, in_range, n_valid)
-    prefix_moments = tf.stack([s1, s2], axis=2)  # [r, n + 1, 2]
+    most = ops.maximum(n_valid, 1)
 
-    first = tf.floor(draws[..., 0] * tf.cast(n_valid, tf.float64)[:, None])
-    first = tf.minimum(tf.cast(first, tf.int32), tf.maximum(n_valid, 1)[:, None] - 1)
+    first = ops.floor(draws[..., 0] * _f64(n_valid)[:, None])
+    first = ops.minimum(_int(first), most[:, None] - 1)
     centers = [_at(xs, first)]
-    closest = tf.where(valid, tf.square(x - centers[0][..., None]), 0.0)  # D^2 [r, runs, n]
+    closest = ops.where(valid, ops.square(x - centers[0][..., None]), 0.0)  # D^2 [r, runs, n]
     for c in range(1, num_centers):
-        cumulative = tf.cumsum(closest, axis=2)
+        cumulative = ops.cumsum(closest, axis=2)
         potential = cumulative[..., -1]
         u = draws[..., 1 + (c - 1) * trials:1 + c * trials]  # [r, runs, T]
-        # Inverse-CDF draw, as numpy.searchsorted(cumsum(D^2), u * potential) does.
-        index = tf.searchsorted(tf.reshape(cumulative, [-1, n]), tf.reshape(u * potential[..., None], [-1, trials]),
-                                side="left", out_type=tf.int32)
-        index = tf.minimum(tf.reshape(index, tf.shape(u)), tf.maximum(n_valid, 1)[:, None, None] - 1)
+        # Inverse-CDF draw, as numpy.searchsorted(cumsum(D^2), u * potential) (side "left") does: the
+        # number of cumulative sums below the target, by comparisons ([r, runs, T, n]; n and T are small).
+        target = (u * potential[..., None])[..., None]
+        index = ops.sum(_int(ops.less(cumulative[..., None, :], target)), axis=3)
+        index = ops.minimum(index, most[:, None, None] - 1)
         value = _at(xs, index)  # [r, runs, T]
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
         # between the midpoints to the nearest centres below and above it.  Its potential is the
         # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
-        chosen = tf.stack(centers, axis=2)[..., None, :]  # [r, runs, 1, c]
+        chosen = ops.stack(centers, axis=2)[..., None, :]  # [r, runs, 1, c]
         v = value[..., None]
-        below = tf.reduce_max(tf.where(chosen < v, chosen, -inf), axis=3)
-        above = tf.reduce_min(tf.where(chosen > v, chosen, inf), axis=3)
-        duplicate = tf.reduce_any(tf.equal(chosen, v), axis=3)  # a centre already there: no change
+        below = ops.max(ops.where(chosen < v, chosen, -INF), axis=3)
+        above = ops.min(ops.where(chosen > v, chosen, INF), axis=3)
+        duplicate = ops.any(ops.equal(chosen, v), axis=3)  # a centre already there: no change
         # The cell's ends in sorted positions (values on a midpoint are as near v as their centre:
-        # either side gives the same potential), then the three prefix sums at both ends at once.
-        ends = count(0.5 * (tf.stack([below, above], axis=-1) + v), "right")  # [r, runs, T, 2]
-        ends = tf.stack([ends[..., 0], tf.maximum(ends[..., 1], ends[..., 0])], axis=-1)
-        moments = tf.reshape(tf.gather(prefix_moments, tf.reshape(ends, [r, -1]), batch_dims=1),
-                             tf.concat([tf.shape(ends), [2]], axis=0))  # [.., T, 2 ends, (S1, S2)]
-        prefix_closest = tf.reshape(tf.concat([tf.zeros_like(cumulative[..., :1]), cumulative], axis=2), [-1, n + 1])
-        closest_at = tf.reshape(_at(prefix_closest, tf.reshape(ends, [-1, 2 * trials])), tf.shape(ends))
-        cell = tf.cast(ends[..., 1] - ends[..., 0], tf.float64)
-        sum_x = moments[..., 1, 0] - moments[..., 0, 0]
-        sum_x2 = moments[..., 1, 1] - moments[..., 0, 1]
+        # either side gives the same potential), then the prefix sums at both ends.
+        ends = count(0.5 * (ops.stack([below, above], axis=-1) + v), "right")  # [r, runs, T, 2]
+        ends = ops.stack([ends[..., 0], ops.maximum(ends[..., 1], ends[..., 0])], axis=-1)
+        prefix_closest = ops.concatenate([ops.zeros_like(cumulative[..., :1]), cumulative], axis=2)  # [r, runs, n+1]
+        closest_at = ops.take_along_axis(prefix_closest, ops.reshape(ends, (r, _shape(ends)[1], -1)), axis=2)
+        closest_at = ops.reshape(closest_at, _shape(ends))
+        cell = _f64(ends[..., 1] - ends[..., 0])
+        sum_x = _at(s1, ends[..., 1]) - _at(s1, ends[..., 0])
+        sum_x2 = _at(s2, ends[..., 1]) - _at(s2, ends[..., 0])
         gain = closest_at[..., 1] - closest_at[..., 0] - (sum_x2 - 2.0 * value * sum_x + value * value * cell)
-        trial_potential = potential[..., None] - tf.where(tf.logical_not(duplicate), gain, 0.0)
-        best_value = tf.gather(value, tf.argmin(trial_potential, axis=2, output_type=tf.int32), batch_dims=2)
-        closest = tf.minimum(closest, tf.where(valid, tf.square(x - best_value[..., None]), 0.0))
+        trial_potential = potential[..., None] - ops.where(ops.logical_not(duplicate), gain, 0.0)
+        pick = _int(ops.argmin(trial_potential, axis=2))[..., None]
+        best_value = ops.take_along_axis(value, pick, axis=2)[..., 0]
+        closest = ops.minimum(closest, ops.where(valid, ops.square(x - best_value[..., None]), 0.0))
         centers.append(best_value)
-    return tf.stack(centers, axis=2)
+    return ops.stack(centers, axis=2)

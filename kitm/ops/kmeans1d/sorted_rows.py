@@ -3,9 +3,11 @@ themselves: a gather per row, the sorted position of a cut, the SSE of runs of t
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import tensorflow as tf
+from keras import ops
+
+INF = float("inf")
 
 
 class SortedRows(NamedTuple):
@@ -22,68 +24,88 @@ class SortedRows(NamedTuple):
     distinct: int32 [r], the number of distinct valid values.
     """
 
-    order: tf.Tensor
-    xs: tf.Tensor
-    pos: tf.Tensor
-    in_range: tf.Tensor
-    n_valid: tf.Tensor
-    s1: tf.Tensor
-    s2: tf.Tensor
-    differs: tf.Tensor
-    cut_ok: tf.Tensor
-    distinct: tf.Tensor
+    order: Any
+    xs: Any
+    pos: Any
+    in_range: Any
+    n_valid: Any
+    s1: Any
+    s2: Any
+    differs: Any
+    cut_ok: Any
+    distinct: Any
+
+
+def _shape(x):
+    """Static sizes where known, else (TensorFlow graphs with unknown shapes) scalar tensors."""
+    return ops.shape(x)
+
+
+def _int(x):
+    return ops.cast(x, "int32")
+
+
+def _f64(x):
+    return ops.cast(x, "float64")
 
 
 def _sorted_rows(x, valid) -> SortedRows:
     """Sort each row's valid values of x float64 [r, n] (valid bool [r, n]) ascending, centre them, and take
     their prefix sums and the allowed cuts; masked entries go last and are then ignored because every
     segment is cut off at n_valid."""
-    r = tf.shape(x)[0]
-    n = tf.shape(x)[1]
-    n_valid = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)  # [r]
-    inf = tf.constant(float("inf"), tf.float64)
+    r, n = _shape(x)[0], _shape(x)[1]
+    n_valid = ops.sum(_int(valid), axis=1)  # [r]
 
-    order = tf.argsort(tf.where(valid, x, inf), axis=1, stable=True)
-    xs = tf.gather(x, order, batch_dims=1)
-    pos = tf.range(n)
+    # Ties may come out in any order: equal values always share a cluster (cuts only between
+    # different values, Lloyd's cells and the seeds read values), so no output depends on it.
+    order = _int(ops.argsort(ops.where(valid, x, INF), axis=1))
+    xs = ops.take_along_axis(x, order, axis=1)
+    pos = ops.arange(n, dtype="int32")
     in_range = pos[None, :] < n_valid[:, None]  # [r, n]
-    row_mean = tf.reduce_sum(tf.where(in_range, xs, 0.0), axis=1) / tf.cast(tf.maximum(n_valid, 1), tf.float64)
-    xs = tf.where(in_range, xs - row_mean[:, None], 0.0)
+    row_mean = ops.sum(ops.where(in_range, xs, 0.0), axis=1) / _f64(ops.maximum(n_valid, 1))
+    xs = ops.where(in_range, xs - row_mean[:, None], 0.0)
 
-    zero = tf.zeros([r, 1], tf.float64)
-    s1 = tf.concat([zero, tf.cumsum(xs, axis=1)], axis=1)  # [r, n+1], s1[:, j] = sum of the first j
-    s2 = tf.concat([zero, tf.cumsum(xs * xs, axis=1)], axis=1)
+    zero = ops.zeros((r, 1), "float64")
+    s1 = ops.concatenate([zero, ops.cumsum(xs, axis=1)], axis=1)  # [r, n+1], s1[:, j] = sum of the first j
+    s2 = ops.concatenate([zero, ops.cumsum(xs * xs, axis=1)], axis=1)
 
     # A cut before sorted position i is allowed only between two different values (ties stay
     # together, kitm.ops.kmeans1d, "Ties").
-    idx = tf.range(n + 1)
-    differs = tf.concat(
-        [tf.zeros([r, 1], tf.bool), xs[:, 1:] > xs[:, :-1], tf.zeros([r, 1], tf.bool)], axis=1)  # [r, n+1]
-    cut_ok = tf.logical_and(differs, idx[None, :] < n_valid[:, None])
-    distinct = tf.where(n_valid > 0, 1 + tf.reduce_sum(tf.cast(cut_ok, tf.int32), axis=1), 0)
-    return SortedRows(order, xs, pos, in_range, n_valid, s1, s2, differs, cut_ok, distinct)
+    idx = ops.arange(n + 1, dtype="int32")
+    no = ops.zeros((r, 1), "bool")
+    differs = ops.concatenate([no, ops.greater(xs[:, 1:], xs[:, :-1]), no], axis=1)  # [r, n+1]
+    cut_ok = ops.logical_and(differs, idx[None, :] < n_valid[:, None])
+    distinct = ops.where(n_valid > 0, 1 + ops.sum(_int(cut_ok), axis=1), 0)
+    return SortedRows(order, xs, pos, in_range, n_valid, s1, s2, differs, cut_ok, _int(distinct))
+
 
 def _at(table, index):
     """table [r, m] read at index [r, ...] (each row of index into its own row of table)."""
-    return tf.reshape(tf.gather(table, tf.reshape(index, [tf.shape(table)[0], -1]), batch_dims=1), tf.shape(index))
+    flat = ops.reshape(index, (_shape(table)[0], -1))
+    return ops.reshape(ops.take_along_axis(table, flat, axis=1), _shape(index))
 
 
 def _runs_sse(s1, s2, starts, ends):
     """Within-cluster sum of squares of runs [start, end) of the sorted row (prefix sums s1, s2)."""
-    size = tf.cast(tf.maximum(ends - starts, 1), tf.float64)
+    size = _f64(ops.maximum(ends - starts, 1))
     total = _at(s1, ends) - _at(s1, starts)
-    return tf.reduce_sum(_at(s2, ends) - _at(s2, starts) - total * total / size, axis=-1)
+    return ops.sum(_at(s2, ends) - _at(s2, starts) - total * total / size, axis=-1)
 
 
 def _counter(xs, in_range, n_valid):
     """`count(values [r, ...], side)`: per row, the number of valid sorted x <= values ("right") or
-    < values ("left"), i.e. the sorted position where a cut at that value falls."""
-    r = tf.shape(xs)[0]
-    searchable = tf.where(in_range, xs, tf.constant(float("inf"), tf.float64))  # sorted, +inf past n_valid
+    < values ("left"), i.e. the sorted position where a cut at that value falls.
+
+    A batched search-sorted written as a count of comparisons ([r, m, n] for m values per row): keras.ops'
+    searchsorted takes one 1-D sequence, and the m searched per row are few (one per cut or trial)."""
+    r = _shape(xs)[0]
+    searchable = ops.where(in_range, xs, INF)[:, None, :]  # sorted, +inf past n_valid
 
     def count(values, side):
-        found = tf.searchsorted(searchable, tf.reshape(values, [r, -1]), side=side, out_type=tf.int32)
-        limit = tf.reshape(n_valid, [-1] + [1] * (values.shape.rank - 1))
-        return tf.minimum(tf.reshape(found, tf.shape(values)), limit)
+        flat = ops.reshape(values, (r, -1))[:, :, None]
+        hit = ops.less_equal(searchable, flat) if side == "right" else ops.less(searchable, flat)
+        found = ops.sum(_int(hit), axis=2)
+        limit = ops.reshape(n_valid, [-1] + [1] * (len(values.shape) - 1))
+        return ops.minimum(ops.reshape(found, _shape(values)), limit)
 
     return count
