@@ -40,7 +40,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
 from kitm.losses.samplers import hard_contrastive, masked_max
@@ -82,7 +83,19 @@ def _check_margins_betas(margins, betas) -> tuple[tuple[float, ...], tuple[float
     return margins, betas
 
 
-def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None) -> tf.Tensor:
+def _is_float(tensor) -> bool:
+    return "float" in keras.backend.standardize_dtype(tensor.dtype)
+
+
+def _is_int(tensor) -> bool:
+    return keras.backend.standardize_dtype(tensor.dtype).startswith(("int", "uint"))
+
+
+def _compatible(shape, other) -> bool:
+    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
+
+
+def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None):
     """Ladder level of every candidate by fixed thresholds: int32 [B, B].
 
     `level[p, q] = 1 + #{l : relevance[p, q] < theta_l}` off the diagonal, 0 on it: level 1 holds
@@ -99,86 +112,87 @@ def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None) -
       image_index: optional int [B], dataset index of image p.
     """
     thresholds = _check_thresholds(thresholds)
-    return threshold_levels(relevance, tf.constant(thresholds, tf.float64, shape=[len(thresholds)]),
+    return threshold_levels(relevance, np.asarray(thresholds, np.float64).reshape([len(thresholds)]),
                             image_index=image_index)
 
 
-def threshold_levels(relevance, thresholds, *, image_index=None) -> tf.Tensor:
+def threshold_levels(relevance, thresholds, *, image_index=None):
     """`ladder_levels` with the thresholds as a tensor (e.g. a variable a callback re-assigns): int32 [B, B].
 
     The thresholds are not checked (a tensor's values are not known when the graph is traced); a -inf threshold
     never counts, so the level it would open stays empty.
     """
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2:
-        raise ValueError(f"relevance must be a [B, B] matrix; got shape {relevance.shape}.")
-    if not relevance.dtype.is_floating:
-        relevance = tf.cast(relevance, tf.float64)  # an integer dtype would truncate the thresholds
-    thresholds = tf.cast(tf.reshape(tf.convert_to_tensor(thresholds), [-1]), relevance.dtype)
-    below = tf.cast(relevance[:, :, None] < thresholds[None, None, :], tf.int32)
-    levels = 1 + tf.reduce_sum(below, axis=2)
-    positive = tf.logical_not(negative_mask(relevance, image_index))
-    return tf.where(positive, tf.zeros_like(levels), levels)
+    relevance = ops.convert_to_tensor(relevance)
+    if len(relevance.shape) != 2:
+        raise ValueError(f"relevance must be a [B, B] matrix; got shape {tuple(relevance.shape)}.")
+    if not _is_float(relevance):
+        relevance = ops.cast(relevance, "float64")  # an integer dtype would truncate the thresholds
+    thresholds = ops.cast(ops.reshape(ops.convert_to_tensor(thresholds), [-1]), relevance.dtype)
+    below = ops.cast(relevance[:, :, None] < thresholds[None, None, :], "int32")
+    levels = 1 + ops.sum(below, axis=2)
+    positive = ops.logical_not(negative_mask(relevance, image_index))
+    return ops.where(positive, ops.zeros_like(levels), levels)
 
 
 def _query_ladders(similarity, levels, margins, cumulative, first_hardest=True):
     """Ladder hinges of the queries along axis 1 of `similarity`/`levels` (rows are queries): a list of
     L tensors [B], unweighted. `first_hardest` False (or a False bool tensor): the first rung sums its hinge
     over N_>=1 instead of taking the hardest negative (the warm-up of kitm.losses.base)."""
-    positive = tf.linalg.diag_part(similarity)
+    positive = ops.diagonal(similarity)
     hinges = []
     negatives = levels >= 1
     first_max, has_negative = masked_max(similarity, negatives, axis=1)
-    hardest = tf.where(has_negative, tf.nn.relu(margins[0] - positive + first_max), tf.zeros_like(positive))
+    hardest = ops.where(has_negative, ops.relu(margins[0] - positive + first_max), ops.zeros_like(positive))
     if first_hardest is True:
         hinges.append(hardest)
     else:
-        every = tf.nn.relu(margins[0] - positive[:, None] + similarity)
-        total = tf.reduce_sum(tf.where(negatives, every, tf.zeros_like(every)), axis=1)
+        every = ops.relu(margins[0] - positive[:, None] + similarity)
+        total = ops.sum(ops.where(negatives, every, ops.zeros_like(every)), axis=1)
         hinges.append(hardest_or_sum(hardest, total, first_hardest))
     for l in range(2, len(margins) + 1):
         farther = levels >= l
         if cumulative:
             closest, valid = masked_max(similarity, farther, axis=1)
-            hinge = tf.nn.relu(sum(margins[:l]) - positive + closest)
+            hinge = ops.relu(sum(margins[:l]) - positive + closest)
         else:
             furthest, closest, valid = hard_contrastive(similarity, levels < l, farther, axis=1)
-            hinge = tf.nn.relu(margins[l - 1] - furthest + closest)
-        hinges.append(tf.where(valid, hinge, tf.zeros_like(hinge)))
+            hinge = ops.relu(margins[l - 1] - furthest + closest)
+        hinges.append(ops.where(valid, hinge, ops.zeros_like(hinge)))
     return hinges
 
 
 def ladder_terms(similarity, row_levels, column_levels, *, margins: Sequence[float], betas: Sequence[float],
-                 cumulative: bool = False, first_hardest=True) -> list[tf.Tensor]:
+                 cumulative: bool = False, first_hardest=True) -> list:
     """Weighted per-row ladder terms, one [B] tensor per level l = 1..L (image plus caption queries).
 
     Arguments as in `ladder_loss`; `sum(ladder_terms(...)) == ladder_loss(...)`.
     """
-    if not tf.is_tensor(first_hardest):
+    if not ops.is_tensor(first_hardest):
         first_hardest = bool(first_hardest)
     margins, betas = _check_margins_betas(margins, betas)
-    similarity = tf.convert_to_tensor(similarity)
-    if similarity.shape.rank != 2:
-        raise ValueError(f"similarity must be a [B, B] matrix; got shape {similarity.shape}.")
+    similarity = ops.convert_to_tensor(similarity)
+    if len(similarity.shape) != 2:
+        raise ValueError(f"similarity must be a [B, B] matrix; got shape {tuple(similarity.shape)}.")
     checked = []
     for name, levels in (("row_levels", row_levels), ("column_levels", column_levels)):
-        levels = tf.convert_to_tensor(levels)
-        if levels.shape.rank != 2 or not levels.shape.is_compatible_with(similarity.shape):
-            raise ValueError(f"{name} must be an int [B, B] matrix like similarity {similarity.shape}; "
-                             f"got shape {levels.shape}.")
-        if not levels.dtype.is_integer:
-            raise ValueError(f"{name} must be integer ladder levels; got dtype {levels.dtype.name}.")
-        checked.append(tf.cast(levels, tf.int32))
+        levels = ops.convert_to_tensor(levels)
+        if len(levels.shape) != 2 or not _compatible(levels.shape, similarity.shape):
+            raise ValueError(f"{name} must be an int [B, B] matrix like similarity {tuple(similarity.shape)}; "
+                             f"got shape {tuple(levels.shape)}.")
+        if not _is_int(levels):
+            raise ValueError(f"{name} must be integer ladder levels; got dtype "
+                             f"{keras.backend.standardize_dtype(levels.dtype)}.")
+        checked.append(ops.cast(levels, "int32"))
     row_levels, column_levels = checked
     image_queries = _query_ladders(similarity, row_levels, margins, cumulative, first_hardest)
     # Caption queries are the columns: transpose so that they become rows.
-    caption_queries = _query_ladders(tf.transpose(similarity), tf.transpose(column_levels), margins, cumulative,
+    caption_queries = _query_ladders(ops.transpose(similarity), ops.transpose(column_levels), margins, cumulative,
                                      first_hardest)
     return [beta * (i2t + t2i) for beta, i2t, t2i in zip(betas, image_queries, caption_queries)]
 
 
 def ladder_loss(similarity, row_levels, column_levels, *, margins: Sequence[float], betas: Sequence[float],
-                cumulative: bool = False, first_hardest=True) -> tf.Tensor:
+                cumulative: bool = False, first_hardest=True):
     """Ladder loss per batch row [B]; the sum is the loss of docs/methods.md#ladder (module docstring).
 
     Args:
@@ -193,17 +207,21 @@ def ladder_loss(similarity, row_levels, column_levels, *, margins: Sequence[floa
         every candidate of N_>=1 (False; a scalar bool tensor switches per step: the hardest-negative warm-up
         of kitm.losses.base).
     """
-    return tf.add_n(ladder_terms(similarity, row_levels, column_levels, margins=margins, betas=betas,
-                                 cumulative=cumulative, first_hardest=first_hardest))
+    terms = ladder_terms(similarity, row_levels, column_levels, margins=margins, betas=betas,
+                         cumulative=cumulative, first_hardest=first_hardest)
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
-def _relevance(y_true, loss_name: str) -> tf.Tensor:
+def _relevance(y_true, loss_name: str):
     relevance = RetrievalLoss.optional(y_true, "relevance")
     if relevance is None:
         raise ValueError(f"{loss_name} needs y_true['relevance'] ([B, B], relevance of caption q to image p).")
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2:
-        raise ValueError(f"y_true['relevance'] must be [B, B]; got shape {relevance.shape}.")
+    relevance = ops.convert_to_tensor(relevance)
+    if len(relevance.shape) != 2:
+        raise ValueError(f"y_true['relevance'] must be [B, B]; got shape {tuple(relevance.shape)}.")
     return relevance
 
 
@@ -242,7 +260,7 @@ class LadderLoss(RetrievalLoss):
         self.cumulative = bool(cumulative)
         self.term_names = tuple(f"level_{l}" for l in range(1, len(self.margins) + 1))
 
-    def levels(self, y_true) -> tf.Tensor:
+    def levels(self, y_true):
         """The batch's ladder levels (the same matrix for row and column queries)."""
         return ladder_levels(_relevance(y_true, "LadderLoss"), self.thresholds,
                              image_index=self.optional(y_true, "image_index"))
@@ -263,7 +281,7 @@ class LadderLoss(RetrievalLoss):
 
 
 def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloyd_runs: int = DEFAULT_LLOYD_RUNS,
-                    jit_compile: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
+                    jit_compile: bool = True) -> tuple:
     """(row_levels, column_levels), int32 [B, B], from per-query 1-D k-means (Zhou et al., Eqs. 9-12).
 
     Each row of `relevance` (image query p: its captions) and each column (caption query q: its images)
@@ -276,27 +294,29 @@ def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloy
     the exact optimum; 0 for the exact optimum only) and `jit_compile` are passed to `auto_kmeans_1d` (XLA, compiled
     once per batch shape: faster for a fixed batch size; False where the batch size keeps changing).
     """
-    relevance = tf.convert_to_tensor(relevance)
-    if relevance.shape.rank != 2 or not relevance.shape[:1].is_compatible_with(relevance.shape[1:]):
-        raise ValueError(f"relevance must be a square [B, B] matrix; got shape {relevance.shape}.")
-    if not relevance.dtype.is_floating:
-        relevance = tf.cast(relevance, tf.float32)
+    relevance = ops.convert_to_tensor(relevance)
+    if len(relevance.shape) != 2 or not _compatible(relevance.shape[:1], relevance.shape[1:]):
+        raise ValueError(f"relevance must be a square [B, B] matrix; got shape {tuple(relevance.shape)}.")
+    if not _is_float(relevance):
+        relevance = ops.cast(relevance, "float32")
     candidates = negative_mask(relevance, image_index)
     b = relevance.shape[1]
     # Both directions in one call: rows are image queries, rows of the transpose caption queries. One
     # [2B, B] clustering costs much less than two [B, B] ones (one XLA launch, one batched DP).
-    values = tf.concat([relevance, tf.transpose(relevance)], axis=0)
-    mask = tf.concat([candidates, tf.transpose(candidates)], axis=0)
+    values = ops.concatenate([relevance, ops.transpose(relevance)], axis=0)
+    mask = ops.concatenate([candidates, ops.transpose(candidates)], axis=0)
     # k-means needs at least k_max columns; masked padding columns are ignored and dropped.
-    cols = tf.shape(values)[1]
-    pad = max(k_max - b, 0) if b is not None else tf.maximum(k_max - cols, 0)
-    values = tf.pad(values, [[0, 0], [0, pad]])
-    mask = tf.pad(mask, [[0, 0], [0, pad]], constant_values=False)
+    cols = ops.shape(values)[1]  # a tensor only in TensorFlow graphs with an unknown batch size
+    pad = max(k_max - b, 0) if b is not None else ops.maximum(k_max - cols, 0)
+    if b is None or pad > 0:
+        filler = (ops.shape(values)[0], pad)
+        values = ops.concatenate([values, ops.zeros(filler, values.dtype)], axis=1)
+        mask = ops.concatenate([mask, ops.zeros(filler, "bool")], axis=1)
     labels, _, _ = auto_kmeans_1d(values, k_min, k_max, mask=mask, lloyd_runs=lloyd_runs, jit_compile=jit_compile)
     labels = labels[:, :cols]
-    rows = tf.shape(relevance)[0]
+    rows = ops.shape(relevance)[0]
     row_levels = labels[:rows]
-    column_levels = tf.transpose(labels[rows:])
+    column_levels = ops.transpose(labels[rows:])
     return row_levels, column_levels
 
 
@@ -374,7 +394,7 @@ class AdaptiveLadderLoss(RetrievalLoss):
         self.term_names = tuple(f"level_{l}" for l in range(1, levels + 1))
         self.monitor_names = ("levels_per_query",)  # logged as <name>/levels_per_query, not part of the loss
 
-    def levels(self, y_true) -> tuple[tf.Tensor, tf.Tensor]:
+    def levels(self, y_true) -> tuple:
         """(row_levels, column_levels) of the batch: `y_true["row_levels"]` and `y_true["column_levels"]`
         when the input pipeline supplies them, else `adaptive_levels` of `y_true["relevance"]`."""
         row_levels = self.optional(y_true, "row_levels")
@@ -393,8 +413,8 @@ class AdaptiveLadderLoss(RetrievalLoss):
                              first_hardest=self.max_violation and self.hardest_negatives_on())
         # The number of ladder levels the clustering chose, per query, for the logs (DualEncoder reads
         # `monitored` right after this call, in the same step).
-        chosen = tf.concat([tf.reduce_max(row_levels, axis=1), tf.reduce_max(column_levels, axis=0)], axis=0)
-        self.monitored = {"levels_per_query": tf.reduce_mean(tf.cast(chosen, tf.float32))}
+        chosen = ops.concatenate([ops.max(row_levels, axis=1), ops.max(column_levels, axis=0)], axis=0)
+        self.monitored = {"levels_per_query": ops.mean(ops.cast(chosen, "float32"))}
         return dict(zip(self.term_names, terms))
 
     def get_config(self):

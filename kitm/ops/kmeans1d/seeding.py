@@ -8,7 +8,7 @@ import math
 
 from keras import ops
 
-from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _f64, _int, _shape
+from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _cumsum, _f64, _int, _shape
 
 
 def _trial_groups(k_min: int, k_max: int) -> list[tuple[int, int]]:
@@ -103,18 +103,18 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
     count = _counter(xs, in_range, n_valid)
     most = ops.maximum(n_valid, 1)
 
-    first = ops.floor(draws[..., 0] * _f64(n_valid)[:, None])
-    first = ops.minimum(_int(first), most[:, None] - 1)
+    # floor(u n) as a cast (u n >= 0; keras' PyTorch floor of float64 rounds through float32).
+    first = ops.minimum(_int(draws[..., 0] * _f64(n_valid)[:, None]), most[:, None] - 1)
     centers = [_at(xs, first)]
     closest = ops.where(valid, ops.square(x - centers[0][..., None]), 0.0)  # D^2 [r, runs, n]
     for c in range(1, num_centers):
-        cumulative = ops.cumsum(closest, axis=2)
+        cumulative = _cumsum(closest, 2)
         potential = cumulative[..., -1]
         u = draws[..., 1 + (c - 1) * trials:1 + c * trials]  # [r, runs, T]
         # Inverse-CDF draw, as numpy.searchsorted(cumsum(D^2), u * potential) (side "left") does: the
         # number of cumulative sums below the target, by comparisons ([r, runs, T, n]; n and T are small).
         target = (u * potential[..., None])[..., None]
-        index = ops.sum(_int(ops.less(cumulative[..., None, :], target)), axis=3)
+        index = _int(ops.sum(_int(ops.less(cumulative[..., None, :], target)), axis=3))
         index = ops.minimum(index, most[:, None, None] - 1)
         value = _at(xs, index)  # [r, runs, T]
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row

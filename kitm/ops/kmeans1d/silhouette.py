@@ -28,11 +28,12 @@ def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
     pf, sf, ef = _f64(p), _f64(s), _f64(e)
     dist_sum = x * (pf - sf) - (s1_p - s1_s) + (s1_e - s1_p) - x * (ef - pf)  # [r, K, n, C]
 
+    # (Float bounds of maximum/minimum are tensors: keras' PyTorch maximum(float64, 1.0) returns float32.)
     size = ef - sf  # [r, K, 1, C]
     own = ops.equal(ops.arange(num_runs, dtype="int32")[None, None, None, :], run[:, :, :, None])
     own_size = ops.sum(ops.where(own, size, 0.0), axis=3)  # [r, K, n]
-    a = ops.sum(ops.where(own, dist_sum, 0.0), axis=3) / ops.maximum(own_size - 1.0, 1.0)
-    b = ops.min(ops.where(ops.logical_or(own, size <= 0.0), INF, dist_sum / ops.maximum(size, 1.0)), axis=3)
+    a = ops.sum(ops.where(own, dist_sum, 0.0), axis=3) / ops.maximum(own_size - 1.0, ops.ones_like(own_size))
+    b = ops.min(ops.where(ops.logical_or(own, size <= 0.0), INF, dist_sum / ops.maximum(size, ops.ones_like(size))), axis=3)
     denom = ops.maximum(a, b)
     ok = ops.logical_and(ops.logical_and(own_size > 1.0, denom > 0.0), ops.isfinite(b))
     # The clip only removes rounding (XLA may turn b / b into 1 + 1 ulp).

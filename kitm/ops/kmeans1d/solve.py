@@ -19,6 +19,11 @@ def _take(table, index, axis):
     return ops.squeeze(ops.take_along_axis(table, index, axis=axis), axis)
 
 
+def _nonnegative(x):
+    # A tensor bound: keras' PyTorch maximum(float64 tensor, 0.0) returns float32.
+    return ops.maximum(x, ops.zeros_like(x))
+
+
 def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     """All the work for one block of rows; x float64 [r, n], valid bool [r, n], draws float64
     [r, groups, lloyd_runs, _draws_per_run] uniform numbers for the Lloyd runs' seeds.
@@ -30,7 +35,7 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     starts, ends = _backtrack(best_cut, rows.n_valid, k_min, k_max)
     ks = ops.arange(k_min, k_max + 1, dtype="int32")
     # Rounding can leave a zero SSE a hair below 0.
-    optimal_sse = ops.maximum(ops.stack(sse[k_min - 1:], axis=1), 0.0)  # [r, K]
+    optimal_sse = _nonnegative(ops.stack(sse[k_min - 1:], axis=1))  # [r, K]
     cand_eligible = ks[None, :] <= rows.distinct[:, None]
     cand_sil, cand_runs, cand_sse = _best_candidates(rows, starts, ends, optimal_sse, cand_eligible, draws,
                                                      k_min, k_max, lloyd_runs)
@@ -77,7 +82,7 @@ def _best_candidates(rows: SortedRows, starts, ends, optimal_sse, cand_eligible,
     cand_runs = _take(ops.reshape(flat_runs, (r, num_k, per_k, n)), pick, 2)  # [r, K, n]
     kept_starts = _take(starts, pick, 2)  # [r, K, k_max]
     kept_ends = _take(ends, pick, 2)
-    cand_sse = ops.where(pick == 0, optimal_sse, ops.maximum(_runs_sse(s1, s2, kept_starts, kept_ends), 0.0))
+    cand_sse = ops.where(pick == 0, optimal_sse, _nonnegative(_runs_sse(s1, s2, kept_starts, kept_ends)))
     cand_sse = ops.where(cand_eligible, cand_sse, INF)
     return cand_sil, cand_runs, cand_sse
 
@@ -95,7 +100,7 @@ def _one_cluster_per_value(rows: SortedRows, k_min):
     has_twin = ops.logical_and(ops.logical_or(same_as_prev, same_as_next), rows.in_range)
     twin_fraction = ops.sum(_f64(has_twin), axis=1) / _f64(ops.maximum(n_valid, 1))
     few_sil = ops.where(distinct >= 2, twin_fraction, 0.0)
-    few_run = ops.cumsum(_int(differs[:, :-1]), axis=1)  # index of the distinct value
+    few_run = ops.cumsum(_int(differs[:, :-1]), axis=1, dtype="int32")  # index of the distinct value
     return few, few_sil, _int(few_run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import keras
 from keras import ops
 
 INF = float("inf")
@@ -49,12 +50,17 @@ def _f64(x):
     return ops.cast(x, "float64")
 
 
+def _cumsum(x, axis):
+    # The dtype named: keras' PyTorch cumsum of a float64 tensor without one returns float32.
+    return ops.cumsum(x, axis=axis, dtype=keras.backend.standardize_dtype(x.dtype))
+
+
 def _sorted_rows(x, valid) -> SortedRows:
     """Sort each row's valid values of x float64 [r, n] (valid bool [r, n]) ascending, centre them, and take
     their prefix sums and the allowed cuts; masked entries go last and are then ignored because every
     segment is cut off at n_valid."""
     r, n = _shape(x)[0], _shape(x)[1]
-    n_valid = ops.sum(_int(valid), axis=1)  # [r]
+    n_valid = _int(ops.sum(_int(valid), axis=1))  # [r] (JAX with x64 would sum to int64)
 
     # Ties may come out in any order: equal values always share a cluster (cuts only between
     # different values, Lloyd's cells and the seeds read values), so no output depends on it.
@@ -66,8 +72,8 @@ def _sorted_rows(x, valid) -> SortedRows:
     xs = ops.where(in_range, xs - row_mean[:, None], 0.0)
 
     zero = ops.zeros((r, 1), "float64")
-    s1 = ops.concatenate([zero, ops.cumsum(xs, axis=1)], axis=1)  # [r, n+1], s1[:, j] = sum of the first j
-    s2 = ops.concatenate([zero, ops.cumsum(xs * xs, axis=1)], axis=1)
+    s1 = ops.concatenate([zero, _cumsum(xs, 1)], axis=1)  # [r, n+1], s1[:, j] = sum of the first j
+    s2 = ops.concatenate([zero, _cumsum(xs * xs, 1)], axis=1)
 
     # A cut before sorted position i is allowed only between two different values (ties stay
     # together, kitm.ops.kmeans1d, "Ties").
@@ -75,7 +81,7 @@ def _sorted_rows(x, valid) -> SortedRows:
     no = ops.zeros((r, 1), "bool")
     differs = ops.concatenate([no, ops.greater(xs[:, 1:], xs[:, :-1]), no], axis=1)  # [r, n+1]
     cut_ok = ops.logical_and(differs, idx[None, :] < n_valid[:, None])
-    distinct = ops.where(n_valid > 0, 1 + ops.sum(_int(cut_ok), axis=1), 0)
+    distinct = ops.where(n_valid > 0, 1 + _int(ops.sum(_int(cut_ok), axis=1)), 0)
     return SortedRows(order, xs, pos, in_range, n_valid, s1, s2, differs, cut_ok, _int(distinct))
 
 
@@ -104,7 +110,7 @@ def _counter(xs, in_range, n_valid):
     def count(values, side):
         flat = ops.reshape(values, (r, -1))[:, :, None]
         hit = ops.less_equal(searchable, flat) if side == "right" else ops.less(searchable, flat)
-        found = ops.sum(_int(hit), axis=2)
+        found = _int(ops.sum(_int(hit), axis=2))
         limit = ops.reshape(n_valid, [-1] + [1] * (len(values.shape) - 1))
         return ops.minimum(ops.reshape(found, _shape(values)), limit)
 
