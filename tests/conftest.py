@@ -334,3 +334,21 @@ def backend_results(tmp_path_factory):
         return cache[key]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def assert_matches_tensorflow(backend_results):
+    """``assert_matches_tensorflow(case_file, backend, rtol=..., atol=...)``: the case file run on `backend` gives the
+    same names as on TensorFlow and every array equal to TensorFlow's within the tolerance (np.testing.assert_allclose
+    keywords; each test states its own and why)."""
+    import numpy as np
+
+    def check(case_file: str, backend: str, **tolerance) -> dict:
+        reference = backend_results(case_file, "tensorflow")
+        results = backend_results(case_file, backend)
+        assert set(results) == set(reference)
+        for name in reference:
+            np.testing.assert_allclose(results[name], reference[name], err_msg=name, **tolerance)
+        return results
+
+    return check

@@ -55,7 +55,7 @@ from typing import Mapping
 import keras
 from keras import ops
 
-from kitm.losses.base import RetrievalLoss, check_margin
+from kitm.losses.base import RetrievalLoss, check_margin, known_values, shapes_compatible
 from kitm.ops import similarity as sim_ops
 
 BASES = ("angular", "triplet")
@@ -86,11 +86,6 @@ def _embeddings(name: str, value):
     return value
 
 
-def _compatible(a, b) -> bool:
-    """Static shapes that can be equal (an unknown dimension matches anything)."""
-    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
-
-
 def _dot(rows, columns):
     """[B, N] dot products of two sets of rows (an einsum: the inputs' dtype on every backend, kitm.ops.similarity)."""
     return ops.einsum("id,jd->ij", rows, columns)
@@ -100,7 +95,7 @@ def _pool_and_mask(anchors, positives, negatives, negative_mask):
     """The negative pool [N, D] and the bool [B, N] mask of each anchor's negatives."""
     anchors = _embeddings("anchors", anchors)
     positives = _embeddings("positives", ops.cast(positives, anchors.dtype))
-    if not _compatible(tuple(anchors.shape), tuple(positives.shape)):
+    if not shapes_compatible(tuple(anchors.shape), tuple(positives.shape)):
         raise ValueError(f"anchors and positives must have the same shape; got {tuple(anchors.shape)} and "
                          f"{tuple(positives.shape)}.")
     if negatives is None:
@@ -109,7 +104,7 @@ def _pool_and_mask(anchors, positives, negatives, negative_mask):
             negative_mask = ops.logical_not(sim_ops.diagonal_mask(ops.shape(anchors)[0], ops.shape(anchors)[0]))
     else:
         pool = _embeddings("negatives", ops.cast(negatives, anchors.dtype))
-        if not _compatible(tuple(pool.shape[1:]), tuple(anchors.shape[1:])):
+        if not shapes_compatible(tuple(pool.shape[1:]), tuple(anchors.shape[1:])):
             raise ValueError(f"negatives must be [N, D] with D = {anchors.shape[1]}; got {tuple(pool.shape)}.")
     if negative_mask is None:
         negative_mask = ops.ones((ops.shape(anchors)[0], ops.shape(pool)[0]), dtype="bool")
@@ -118,7 +113,7 @@ def _pool_and_mask(anchors, positives, negatives, negative_mask):
         raise ValueError(f"negative_mask must be a bool [B, N] matrix; got "
                          f"{keras.backend.standardize_dtype(negative_mask.dtype)} {tuple(negative_mask.shape)}.")
     expected = (anchors.shape[0], pool.shape[0])
-    if not _compatible(tuple(negative_mask.shape), expected):
+    if not shapes_compatible(tuple(negative_mask.shape), expected):
         raise ValueError(f"negative_mask must be [B, N] = {expected}; got {tuple(negative_mask.shape)}.")
     return anchors, positives, pool, negative_mask
 
@@ -213,9 +208,8 @@ def _checked_positions(positions, batch_size):
         check = tf.debugging.assert_less(positions, tf.cast(batch_size, tf.int32), message=message)
         with tf.control_dependencies([check]):
             return tf.identity(positions)
-    try:
-        values = ops.convert_to_numpy(positions)
-    except Exception:  # a traced value (inside jax.jit): nothing concrete to check
+    values = known_values(positions)
+    if values is None:  # traced (inside jax.jit) or on an accelerator: nothing concrete to check without a wait
         return positions
     if values.size and int(values.max()) >= int(batch_size):
         raise ValueError(f"{message}; got {int(values.max())} with B = {int(batch_size)}.")

@@ -67,7 +67,7 @@ import keras
 from keras import ops
 
 from kitm.losses.logit_scale import LogitScale, _finite_number, _positive_number
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, shapes_compatible
 from kitm.losses.global_batch import graded_info_nce_block_terms, info_nce_block_terms, siglip_block_terms
 from kitm.ops.similarity import diagonal_mask, same_image_mask
 
@@ -94,10 +94,6 @@ def _dtype(tensor) -> str:
 
 def _is_float(tensor) -> bool:
     return "float" in _dtype(tensor)
-
-
-def _compatible(shape, other) -> bool:
-    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
 
 
 def _square(similarity):
@@ -193,7 +189,7 @@ def graded_info_nce_terms(similarity, relevance, logit_scale, *, tau_relevance: 
     """Graded InfoNCE per anchor: (i2t, t2i), each [B], halves of the soft cross-entropies (module docstring)."""
     similarity = _square(similarity)
     relevance = ops.convert_to_tensor(relevance)
-    if len(relevance.shape) != 2 or not _compatible(relevance.shape, similarity.shape):
+    if len(relevance.shape) != 2 or not shapes_compatible(relevance.shape, similarity.shape):
         raise ValueError(f"relevance must be [B, B] like similarity {similarity.shape}; got {relevance.shape}.")
     row_targets, column_targets = graded_info_nce_targets(ops.cast(relevance, similarity.dtype),
                                                           tau_relevance=tau_relevance, image_index=image_index)

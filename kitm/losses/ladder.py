@@ -43,7 +43,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
+from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum, shapes_compatible
 from kitm.losses.samplers import hard_contrastive, masked_max
 from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 from kitm.ops.similarity import negative_mask
@@ -89,10 +89,6 @@ def _is_float(tensor) -> bool:
 
 def _is_int(tensor) -> bool:
     return keras.backend.standardize_dtype(tensor.dtype).startswith(("int", "uint"))
-
-
-def _compatible(shape, other) -> bool:
-    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
 
 
 def ladder_levels(relevance, thresholds: Sequence[float], *, image_index=None):
@@ -176,7 +172,7 @@ def ladder_terms(similarity, row_levels, column_levels, *, margins: Sequence[flo
     checked = []
     for name, levels in (("row_levels", row_levels), ("column_levels", column_levels)):
         levels = ops.convert_to_tensor(levels)
-        if len(levels.shape) != 2 or not _compatible(levels.shape, similarity.shape):
+        if len(levels.shape) != 2 or not shapes_compatible(levels.shape, similarity.shape):
             raise ValueError(f"{name} must be an int [B, B] matrix like similarity {tuple(similarity.shape)}; "
                              f"got shape {tuple(levels.shape)}.")
         if not _is_int(levels):
@@ -295,7 +291,7 @@ def adaptive_levels(relevance, k_min: int, k_max: int, *, image_index=None, lloy
     once per batch shape: faster for a fixed batch size; False where the batch size keeps changing).
     """
     relevance = ops.convert_to_tensor(relevance)
-    if len(relevance.shape) != 2 or not _compatible(relevance.shape[:1], relevance.shape[1:]):
+    if len(relevance.shape) != 2 or not shapes_compatible(relevance.shape[:1], relevance.shape[1:]):
         raise ValueError(f"relevance must be a square [B, B] matrix; got shape {tuple(relevance.shape)}.")
     if not _is_float(relevance):
         relevance = ops.cast(relevance, "float32")

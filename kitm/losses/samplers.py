@@ -32,6 +32,8 @@ from typing import NamedTuple
 import keras
 from keras import ops
 
+from kitm.losses.base import shapes_compatible
+
 SAMPLING_MODES = ("hardest", "easiest", "random")
 
 __all__ = [
@@ -75,10 +77,6 @@ def _rank(tensor) -> int | None:
     return getattr(shape, "rank", None) if hasattr(shape, "rank") else len(shape)
 
 
-def _compatible(shape, other) -> bool:
-    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
-
-
 def _check_mask(negative, like=None, name: str = "negative"):
     negative = ops.convert_to_tensor(negative)
     dtype = keras.backend.standardize_dtype(negative.dtype)
@@ -88,7 +86,7 @@ def _check_mask(negative, like=None, name: str = "negative"):
     if rank is not None and rank != 2:
         raise ValueError(f"{name} must be a [B, B] matrix; got shape {negative.shape}.")
     if like is not None and rank is not None and _rank(like) is not None \
-            and not _compatible(tuple(negative.shape), tuple(like.shape)):
+            and not shapes_compatible(tuple(negative.shape), tuple(like.shape)):
         raise ValueError(f"{name} must have the shape of the scores; got {negative.shape} and {like.shape}.")
     return negative
 

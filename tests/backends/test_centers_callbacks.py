@@ -9,12 +9,8 @@ BACKENDS = ("jax", "torch")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_backend_equals_tensorflow(backend_results, backend):
-    reference = backend_results("centers_callbacks.py", "tensorflow")
-    results = backend_results("centers_callbacks.py", backend)
-    assert set(results) == set(reference)
-    for name in reference:
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, err_msg=name)
+def test_backend_equals_tensorflow(assert_matches_tensorflow, backend):
+    assert_matches_tensorflow("centers_callbacks.py", backend, rtol=1e-6)
 
 
 def test_tensorflow_is_equation_13_by_hand(backend_results):

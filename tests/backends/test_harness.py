@@ -25,9 +25,5 @@ def test_each_backend_matches_numpy(backend_results, backend):
 
 
 @pytest.mark.parametrize("backend", ("jax", "torch"))
-def test_backend_equals_tensorflow(backend_results, backend):
-    reference = backend_results("example_similarity.py", "tensorflow")
-    results = backend_results("example_similarity.py", backend)
-    assert set(results) == set(reference)
-    for name in reference:
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-9, err_msg=name)
+def test_backend_equals_tensorflow(assert_matches_tensorflow, backend):
+    assert_matches_tensorflow("example_similarity.py", backend, rtol=1e-6, atol=1e-9)

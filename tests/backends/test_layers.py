@@ -14,12 +14,8 @@ CASE = "layers_encoders.py"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_backend_equals_tensorflow(backend_results, backend):
-    reference = backend_results(CASE, "tensorflow")
-    results = backend_results(CASE, backend)
-    assert set(results) == set(reference)
-    for name in reference:
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-6, err_msg=name)
+def test_backend_equals_tensorflow(assert_matches_tensorflow, backend):
+    assert_matches_tensorflow(CASE, backend, rtol=1e-6, atol=1e-6)
 
 
 def test_tensorflow_flat_projections_equal_einsum(backend_results):

@@ -36,13 +36,9 @@ def test_tensorflow_matches_the_loop_oracle(backend_results):
 
 
 @pytest.mark.parametrize("backend", ("jax", "torch"))
-def test_backend_equals_tensorflow(backend_results, backend):
-    reference = backend_results(CASE, "tensorflow")
-    results = backend_results(CASE, backend)
-    assert set(results) == set(reference)
-    for name in reference:
-        # 1e-6 relative, 1e-9 absolute: Keras computes some float64 ops in float32 off TensorFlow (harness).
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-9, err_msg=name)
+def test_backend_equals_tensorflow(assert_matches_tensorflow, backend):
+    # 1e-6 relative, 1e-9 absolute: Keras computes some float64 ops in float32 off TensorFlow (harness).
+    assert_matches_tensorflow(CASE, backend, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("backend", ("tensorflow", "jax", "torch"))

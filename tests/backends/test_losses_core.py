@@ -14,46 +14,12 @@ CASE = "losses_core.py"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "backend_cases"))
 import losses_core  # noqa: E402  (the case file's inputs, for the oracles)
-
-
-def compare(results, reference):
-    assert set(results) == set(reference)
-    for name in reference:
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-9, err_msg=name)
+from oracles import pick_oracle, triplet_oracle  # noqa: E402
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_backend_equals_tensorflow(backend_results, backend):
-    compare(backend_results(CASE, backend), backend_results(CASE, "tensorflow"))
-
-
-def triplet_oracle(s, margin, hardest, image_index=None):
-    """Per row: max (hardest) or sum over the negatives of [a + s[p, q] - s[p, p]]+, both directions; an anchor
-    without a negative gives 0."""
-    b = len(s)
-    idx = np.arange(b) if image_index is None else np.asarray(image_index)
-    aggregate = max if hardest else sum
-    rows = np.zeros(b)
-    for p in range(b):
-        i2t = [max(0.0, margin + s[p, q] - s[p, p]) for q in range(b) if idx[q] != idx[p] and q != p]
-        t2i = [max(0.0, margin + s[m, p] - s[p, p]) for m in range(b) if idx[m] != idx[p] and m != p]
-        rows[p] = (aggregate(i2t) if i2t else 0.0) + (aggregate(t2i) if t2i else 0.0)
-    return rows
-
-
-def pick_oracle(scores, negative, axis, want):
-    """Per anchor the first index of the max (want='max') or min score among its negatives; -1 without one."""
-    if axis == 0:
-        scores, negative = scores.T, negative.T
-    picks = []
-    for row, allowed in zip(scores, negative):
-        candidates = [j for j in range(len(row)) if allowed[j]]
-        best = -1
-        for j in candidates:
-            if best < 0 or ((row[j] > row[best]) if want == "max" else (row[j] < row[best])):
-                best = j
-        picks.append(best)
-    return np.array(picks)
+def test_backend_equals_tensorflow(assert_matches_tensorflow, backend):
+    assert_matches_tensorflow(CASE, backend, rtol=1e-6, atol=1e-9)
 
 
 def numpy_negative_mask(b, image_index=None):

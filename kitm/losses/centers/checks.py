@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import numpy as np
 from keras import ops
 
-from kitm.losses.base import RetrievalLoss
+from kitm.losses.base import RetrievalLoss, known_values, shapes_compatible
 
 
 def _positive_int(name: str, value) -> int:
@@ -33,16 +32,11 @@ def _is_float(dtype: str) -> bool:
     return "float" in dtype  # float16/32/64 and bfloat16
 
 
-def _compatible(shape, other) -> bool:
-    """Static shapes of one rank whose known sizes agree (an unknown size, None, matches any)."""
-    return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
-
-
 def _pair(image, text, name_image: str = "image", name_text: str = "text"):
     image, text = ops.convert_to_tensor(image), ops.convert_to_tensor(text)
     if len(image.shape) != 2 or len(text.shape) != 2:
         raise ValueError(f"{name_image} and {name_text} must be [B, D]; got shapes {image.shape} and {text.shape}.")
-    if not _compatible(image.shape, text.shape):
+    if not shapes_compatible(image.shape, text.shape):
         raise ValueError(f"{name_image} and {name_text} must have the same shape [B, D]; got {image.shape} and "
                          f"{text.shape}.")
     if not _is_float(_dtype(image)) or _dtype(image) != _dtype(text):
@@ -60,24 +54,6 @@ def _embeddings(y_pred, embedding_dim: int, loss_name: str):
         raise ValueError(f"{loss_name} was built for embedding_dim={embedding_dim}; got embeddings of shape "
                          f"{tuple(image.shape)}.")
     return image, text
-
-
-def _known_values(index):
-    """The values of `index` as numpy where they are known without tracing or a device round trip, else None."""
-    if isinstance(index, (np.ndarray, np.generic)):
-        return np.asarray(index)
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        if not isinstance(index, jax.core.Tracer):
-            return np.asarray(index)
-    elif backend == "torch":
-        import torch
-
-        if index.device.type == "cpu" and not torch.compiler.is_compiling():
-            return index.numpy()
-    return None
 
 
 def _image_index(y_true, num_images: int, loss_name: str):
@@ -98,7 +74,7 @@ def _image_index(y_true, num_images: int, loss_name: str):
         tf.debugging.assert_non_negative(index, message=too_small)
         tf.debugging.assert_less(index, num_images, message=too_large)
         return index
-    values = _known_values(index)
+    values = known_values(index)
     if values is not None:
         if values.size and values.min() < 0:
             raise ValueError(f"{too_small}; got {values.min()}.")

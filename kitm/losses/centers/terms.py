@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from keras import ops
 
-from kitm.losses.centers.checks import _compatible, _non_negative, _pair, _positive_int
+from kitm.losses.base import shapes_compatible
+from kitm.losses.centers.checks import _non_negative, _pair, _positive_int
 
 DEFAULT_DELTA = 0.1
 # Rows of the [N_q, N_q] centre-distance matrix computed at once in the repulsion term.
@@ -44,7 +45,7 @@ def semantic_center_terms(image, text, centers, *, delta: float = DEFAULT_DELTA)
     """
     image, text = _pair(image, text)
     centers = ops.convert_to_tensor(centers, dtype=image.dtype)
-    if not _compatible(centers.shape, image.shape):
+    if not shapes_compatible(centers.shape, image.shape):
         raise ValueError(f"centers must be [B, D] like the embeddings {tuple(image.shape)}; got shape "
                          f"{tuple(centers.shape)}.")
     delta = _non_negative("delta", delta)
@@ -106,10 +107,10 @@ def quantized_center_terms(image, text, image_weights, text_weights, centers, *,
     image, text = _pair(image, text)
     image_weights, text_weights = _pair(image_weights, text_weights, "image_weights", "text_weights")
     centers = ops.convert_to_tensor(centers, dtype=image.dtype)
-    if len(centers.shape) != 2 or not _compatible(centers.shape[1:], image.shape[1:]):
+    if len(centers.shape) != 2 or not shapes_compatible(centers.shape[1:], image.shape[1:]):
         raise ValueError(f"centers must be [N_q, D] with the embeddings' D ({tuple(image.shape)}); got "
                          f"{tuple(centers.shape)}.")
-    if not _compatible(image_weights.shape, (image.shape[0], centers.shape[0])):
+    if not shapes_compatible(image_weights.shape, (image.shape[0], centers.shape[0])):
         raise ValueError(f"image_weights and text_weights must be [B, N_q] = [{image.shape[0]}, {centers.shape[0]}]; "
                          f"got {tuple(image_weights.shape)}.")
     delta = _non_negative("delta", delta)
