@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 
 BACKENDS = ("jax", "torch")
-CORE = pytest.mark.xfail(strict=False, reason="needs the ported kitm.losses.base (RetrievalLoss.__call__) from branch "
-                                              "backends-core")
 
 
 def _unit(rng, b, d):
@@ -148,7 +146,7 @@ def test_tensorflow_loss_call_is_the_sum_of_its_terms(backend_results):
         assert np.all(np.isfinite(value)), name
 
 
-@pytest.mark.parametrize("backend", [pytest.param(b, marks=CORE) for b in BACKENDS])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_loss_call_equals_tensorflow(backend_results, backend):
     reference = backend_results("centers_loss_call.py", "tensorflow")
     results = backend_results("centers_loss_call.py", backend)

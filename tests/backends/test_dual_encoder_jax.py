@@ -48,7 +48,6 @@ def test_compile_refuses_tensorflow_only_features_naming_backend_and_feature(bac
     assert float(results["refuses_optimizer_groups"]) == 1.0
 
 
-@pytest.mark.xfail(strict=False, reason="needs the losses ported on branch backends-core")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fit_with_kitm_triplet_loss_equals_tensorflow(backend_results, backend):
     reference = backend_results("layers_dual_encoder_triplet.py", "tensorflow")

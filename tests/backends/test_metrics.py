@@ -23,11 +23,7 @@ def test_backend_equals_tensorflow(backend_results, backend, case):
     _compare(backend_results, case, backend)
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("jax", marks=pytest.mark.xfail(strict=False, reason="needs the ported kitm.ops.similarity "
-                                                                     "(negative_mask under jit) from branch "
-                                                                     "backends-core")),
-    "torch"])
+@pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_relevance_statistics_compiled_equals_tensorflow(backend_results, backend):
     _compare(backend_results, "metrics_compiled_relevance.py", backend)
 
