@@ -155,6 +155,9 @@ class ObjectiveConfig(_Section):
         "or graded_infonce (InfoNCE with soft targets from the relevance), contrastive with a learnable temperature. "
         "sam, the ladders and graded_infonce need --relevance. Example: --loss=triplet,ladder --loss_weights=1,0.5."))
     loss_weights: tuple[float, ...] = setting((), "One weight per --loss entry (default 1 each).")
+    objective_module: tuple[str, ...] = setting((), help=(
+        "Python modules to import before --loss is read (comma-separated, e.g. my_package.losses): each registers "
+        "its own losses with kitm.experiment.register_objective when imported, so --loss can name them."))
     margin: float = setting(0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
     max_violation: bool = setting(True, help=(
         "Hardest negative (VSE++) instead of the sum over negatives, in the triplet, SAM's triplet part and the "

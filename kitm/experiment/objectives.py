@@ -1,15 +1,20 @@
 """The objective registry: each `loss` name, the `keras.losses.Loss` it builds from the settings, and its checks.
 
-`OBJECTIVES` maps a name to an `Objective` (its builder, the key its terms are logged under, whether it needs a
-relevance source). Several names are summed with `loss_weights` (`DualEncoder.compile(losses=..., loss_weights=...)`);
-`centers` is a whole objective trained in phases (kitm.training.center_phases) and stands alone.
-`register_objective` adds a user's own loss to the registry, so `loss=["triplet", "mine"]` works from Python and from
-the launcher.
+`OBJECTIVES` maps a name to an `Objective`: its builder, the key its terms are logged under, and the loss class it
+builds, whose attributes say what it can do (needs a relevance source, takes global negatives, can be gradient-cached:
+kitm.losses.base, declared there once and read here). Several names are summed with `loss_weights`
+(`DualEncoder.compile(losses=..., loss_weights=...)`); `centers` is a whole objective trained in phases
+(kitm.training.center_phases) and stands alone.
+
+`register_objective` adds a user's own loss to the registry, so `loss=["triplet", "mine"]` works from Python; the
+launcher imports the modules named by `--objective_module` (setting `objective_module`) before it reads `--loss`, so
+a module that registers its losses when imported makes them launcher losses too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import typing
 from collections.abc import Callable
 
@@ -22,28 +27,52 @@ class Objective:
     """One `loss` entry: `build(config, hardest_warmup_steps)` -> a keras Loss (created under the strategy's scope).
 
     key: the name its terms are logged under (`<key>/<term>`; the two ladders share one, so only one of them can be
-    used at a time). needs_relevance: it learns from the batch relevance matrix (needs `relevance` != "none").
-    global_negatives: its loss takes `negatives="global"` (kitm.losses.global_batch); the builder passes
-    `config.training.negatives` (resolved by `resolve_negatives`).
+    used at a time). loss_class: the class `build` returns (a class, or the name of one in kitm.losses, imported when
+    first asked), whose attributes declare what it can do: `needs_relevance` (it learns from the batch relevance
+    matrix, so `relevance` != "none"), `supports_global_negatives` (it takes `negatives="global"`; the builder passes
+    `loss_negatives(config)`), `supports_gradient_caching`.
     """
 
     build: Callable[[ExperimentConfig, int], object] | None
     key: str
-    needs_relevance: bool = False
-    global_negatives: bool = False
+    loss_class: type | str
+
+    def resolved_class(self) -> type:
+        if isinstance(self.loss_class, str):
+            import kitm.losses
+
+            return getattr(kitm.losses, self.loss_class)
+        return self.loss_class
+
+    def _declares(self, capability: str, default: bool) -> bool:
+        return bool(getattr(self.resolved_class(), capability, default))
+
+    @property
+    def needs_relevance(self) -> bool:
+        return self._declares("needs_relevance", False)
+
+    @property
+    def global_negatives(self) -> bool:
+        return self._declares("supports_global_negatives", False)
+
+    @property
+    def gradient_caching(self) -> bool:
+        return self._declares("supports_gradient_caching", True)
 
 
-def _negatives(config) -> str:
-    """The losses' `negatives`: "auto" (not resolved for a replica count, e.g. a loss built outside a run) is local."""
+def loss_negatives(config: ExperimentConfig) -> str:
+    """The `negatives` a builder passes to a loss that supports global negatives: the run's resolved setting
+    (`resolve_negatives`); "auto", not yet resolved for a replica count (a loss built outside a run), is local."""
     negatives = config.training.negatives
     return "local" if negatives == "auto" else negatives
+
 
 
 def _triplet(config, warmup):
     from kitm.losses import TripletLoss
 
     o = config.objective
-    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup, negatives=_negatives(config))
+    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup, negatives=loss_negatives(config))
 
 
 def _sam(config, warmup):
@@ -52,7 +81,7 @@ def _sam(config, warmup):
     o = config.objective
     return SAMLoss(o.sam_tau, sampling=o.sam_sampling, pairing=o.sam_pairing, sam_weight=o.sam_weight,
                    margin=o.margin, max_violation=o.max_violation, seed=config.training.seed,
-                   hardest_warmup_steps=warmup, negatives=_negatives(config))
+                   hardest_warmup_steps=warmup, negatives=loss_negatives(config))
 
 
 def _ladder(config, warmup):
@@ -103,7 +132,7 @@ def _infonce(config, warmup):
 
     o = config.objective
     _positive_settings(config, "logit_scale_init")
-    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=_negatives(config))
+    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
 
 
 def _graded_infonce(config, warmup):
@@ -112,7 +141,7 @@ def _graded_infonce(config, warmup):
     o = config.objective
     _positive_settings(config, "graded_tau", "logit_scale_init")
     return GradedInfoNCELoss(o.graded_tau, logit_scale_init=o.logit_scale_init,
-                             max_logit_scale=o.max_logit_scale or None, negatives=_negatives(config))
+                             max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
 
 
 def _siglip(config, warmup):
@@ -120,33 +149,80 @@ def _siglip(config, warmup):
 
     o = config.objective
     _positive_settings(config, "siglip_logit_scale_init")
-    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=_negatives(config))
+    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=loss_negatives(config))
 
 
 OBJECTIVES: dict[str, Objective] = {
-    "triplet": Objective(_triplet, "triplet", global_negatives=True),  # VSE++
-    # triplet + sam_weight x the semantic adaptive margin
-    "sam": Objective(_sam, "sam", needs_relevance=True, global_negatives=True),
-    "ladder": Objective(_ladder, "ladder", needs_relevance=True),  # fixed thresholds
-    "ladder_adaptive": Objective(_ladder_adaptive, "ladder", needs_relevance=True),  # k-means levels per query
-    "angular": Objective(_angular, "angular"),  # N-pair angular, symmetric
-    "neighborhood": Objective(_neighborhood, "neighborhood"),  # + semantic-neighbour terms, neighbour batching
-    "centers": Objective(None, "centers"),  # trained in phases by kitm.training.center_phases
+    "triplet": Objective(_triplet, "triplet", "TripletLoss"),  # VSE++
+    "sam": Objective(_sam, "sam", "SAMLoss"),  # triplet + sam_weight x the semantic adaptive margin
+    "ladder": Objective(_ladder, "ladder", "LadderLoss"),  # fixed thresholds (re-clustered: a subclass)
+    "ladder_adaptive": Objective(_ladder_adaptive, "ladder", "AdaptiveLadderLoss"),  # k-means levels per query
+    "angular": Objective(_angular, "angular", "AngularLoss"),  # N-pair angular, symmetric
+    # + semantic-neighbour terms, neighbour batching
+    "neighborhood": Objective(_neighborhood, "neighborhood", "NeighborhoodAngularLoss"),
+    # trained in phases by kitm.training.center_phases; its losses own the centres and their optimizers
+    "centers": Objective(None, "centers", "QuantizedCenterLoss"),
     # Contrastive (kitm.losses.contrastive); their learnable temperature (and bias) train with the model's optimizer
     # and are logged as <key>/logit_scale (and siglip/bias).
-    "infonce": Objective(_infonce, "infonce", global_negatives=True),  # CLIP
-    "siglip": Objective(_siglip, "siglip", global_negatives=True),  # SigLIP
-    "graded_infonce": Objective(_graded_infonce, "graded_infonce", needs_relevance=True,
-                                global_negatives=True),  # soft targets from R
+    "infonce": Objective(_infonce, "infonce", "InfoNCELoss"),  # CLIP
+    "siglip": Objective(_siglip, "siglip", "SigLIPLoss"),  # SigLIP
+    "graded_infonce": Objective(_graded_infonce, "graded_infonce", "GradedInfoNCELoss"),  # soft targets from R
 }
 
 
-def register_objective(name: str, build: Callable[[ExperimentConfig, int], object], *, key: str | None = None,
-                       needs_relevance: bool = False) -> None:
-    """Make `loss=[..., name]` build `build(config, hardest_warmup_steps)` (a `kitm.losses.RetrievalLoss`)."""
+def register_objective(name: str, build, *, loss_class: type | None = None, key: str | None = None) -> None:
+    """Make `loss=[..., name]` build a user's loss, treated as kitm's own are: what it can do is read from its class.
+
+    `build` is either the loss class itself (a `kitm.losses.RetrievalLoss` subclass, built with its defaults, plus
+    `negatives=loss_negatives(config)` where the class supports global negatives and
+    `hardest_warmup_steps` where it has hardest negatives), or a function `build(config, hardest_warmup_steps)`
+    returning an instance of `loss_class`. The class's attributes (`needs_relevance`, `supports_global_negatives`,
+    `supports_gradient_caching`; kitm.losses.base) decide the run's checks; a builder of a class that supports
+    global negatives passes `negatives=loss_negatives(config)`.
+    """
     if name in OBJECTIVES:
         raise KitmConfigError(f"An objective named {name!r} is already registered.")
-    OBJECTIVES[name] = Objective(build, key or name, needs_relevance)
+    if isinstance(build, type):
+        if loss_class is not None and loss_class is not build:
+            raise TypeError(f"register_objective({name!r}, {build.__name__}, loss_class={loss_class.__name__}): "
+                            "give the class once.")
+        loss_class, build = build, _default_builder(build)
+    if loss_class is None:
+        raise TypeError(f"register_objective({name!r}, build): give loss_class=<the class build returns>; its "
+                        "attributes declare what the loss can do (needs_relevance, supports_global_negatives, "
+                        "supports_gradient_caching; kitm.losses.base).")
+    if not (isinstance(loss_class, type) and issubclass(loss_class, keras_loss_class())):
+        raise TypeError(f"register_objective({name!r}): loss_class must be a keras.losses.Loss subclass (a "
+                        f"kitm.losses.RetrievalLoss); got {loss_class!r}.")
+    OBJECTIVES[name] = Objective(build, key or name, loss_class)
+
+
+def keras_loss_class() -> type:
+    import keras
+
+    return keras.losses.Loss
+
+
+def _default_builder(loss_class: type):
+    def build(config, warmup):
+        arguments = {}
+        if getattr(loss_class, "supports_global_negatives", False):
+            arguments["negatives"] = loss_negatives(config)
+        if getattr(loss_class, "has_hardest_negatives", False):
+            arguments["hardest_warmup_steps"] = warmup
+        return loss_class(**arguments)
+    return build
+
+
+def load_objective_modules(config: ExperimentConfig) -> None:
+    """Import the modules of `objective_module` (each registers its losses when imported), once each."""
+    for module in config.objective.objective_module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise KitmConfigError(f"{option('objective_module')}={module}: cannot import it ({error}); give a module "
+                                  "on the Python path (e.g. my_package.losses) that calls "
+                                  "kitm.experiment.register_objective when imported.") from error
 
 
 def loss_names() -> tuple[str, ...]:
@@ -172,7 +248,9 @@ def required_relevance_slots(config: ExperimentConfig) -> list[str]:
 
 
 def check_objective(config: ExperimentConfig) -> None:
-    """`loss` names known losses, at most once each, with matching `loss_weights` and a relevance source."""
+    """`loss` names known losses (after importing the `objective_module`s), at most once each, with matching
+    `loss_weights` and a relevance source."""
+    load_objective_modules(config)
     names = list(config.objective.loss)
     shown = f"{option('loss')}={','.join(names)}"
     unknown = [name for name in names if name not in OBJECTIVES]
@@ -233,10 +311,12 @@ def check_grad_cache(config: ExperimentConfig, replicas: int) -> None:
         return
     if chunk < 0:
         raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: must be >= 0 (0: no gradient caching).")
-    if "centers" in config.objective.loss:
-        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: {option('loss')}=centers trains state of its "
-                              "own (the semantic centres and their optimizer) from each batch, which gradient caching "
-                              f"cannot replay between its two passes; use {option('grad_cache_chunk')}=0 with it.")
+    cannot = [name for name in config.objective.loss if name in OBJECTIVES and not OBJECTIVES[name].gradient_caching]
+    if cannot:
+        own = " (the semantic centres and their optimizer)" if cannot[0] == "centers" else ""
+        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: {option('loss')}={cannot[0]} trains state of its "
+                              f"own{own} from each batch, which gradient caching cannot replay between its two passes; "
+                              f"use {option('grad_cache_chunk')}=0 with it.")
     per_replica = batch // replicas if batch % replicas == 0 else None
     if per_replica is None or per_replica % chunk:
         raise KitmConfigError(
@@ -265,6 +345,7 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
     `ladder/...`). `steps_per_epoch` turns hardest_warmup_epochs into steps. The settings were checked when the
     configuration was made (`kitm.experiment.experiment_config` runs `check_objective`).
     """
+    load_objective_modules(config)
     names = config.objective.loss
     weights = config.objective.loss_weights or (1.0,) * len(names)
     warmup = hardest_warmup_steps(config, steps_per_epoch)
@@ -275,11 +356,27 @@ def build_objective(config: ExperimentConfig, steps_per_epoch: int = 1) -> tuple
             raise KitmConfigError(f"{option('loss')}={name} is built and trained phase by phase by "
                                   "kitm.training.center_phases.")
         try:
-            losses[objective.key] = objective.build(config, warmup)
+            loss = objective.build(config, warmup)
         except ValueError as error:  # the loss names its argument; say which setting feeds it
             raise KitmConfigError(f"{option('loss')}={name}: {error}") from error
+        _check_built(name, objective, loss, config)
+        losses[objective.key] = loss
         loss_weights[objective.key] = float(weight)
     return losses, loss_weights
+
+
+def _check_built(name: str, objective: Objective, loss, config: ExperimentConfig) -> None:
+    """The loss a builder made is of its declared class, with the run's negatives where it can take them: the
+    registry's checks read the class, so a builder that returned something else would bypass them."""
+    declared = objective.resolved_class()
+    if not isinstance(loss, declared):
+        raise KitmConfigError(f"{option('loss')}={name}: its builder returned {type(loss).__name__}, not the "
+                              f"registered loss_class {declared.__name__}; register the class it builds.")
+    wanted = loss_negatives(config)
+    if objective.global_negatives and getattr(loss, "negatives", wanted) != wanted:
+        raise KitmConfigError(f"{option('loss')}={name}: the run's negatives are {wanted!r} but its builder made "
+                              f"the loss with negatives={loss.negatives!r}; pass negatives=loss_negatives(config) "
+                              "(kitm.experiment.objectives).")
 
 
 # CenterPhaseConfig's fields -> the settings that feed them (the others have the same name).

@@ -90,7 +90,8 @@ def run(config: ExperimentConfig) -> dict:
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
-            claim_backup(run_dir / "backup", config.settings(), RESUMABLE_CHANGES)  # the same run, or none
+            claim_backup(run_dir / "backup", config.settings(), RESUMABLE_CHANGES,
+                         defaults=ExperimentConfig().settings())  # the same run, or none
             remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
         try:
             return _run_in(config, run_dir, strategy, started)

@@ -28,6 +28,15 @@ samplers draw a random negative instead. The step is the model optimizer's `iter
 Global negatives. A loss whose class sets `supports_global_negatives` takes `negatives="global"`: under several
 replicas each replica's anchors meet the negatives of the whole global batch, not only its own b rows
 (`kitm.losses.global_batch`; docs/scale.md). With one replica it changes nothing.
+
+What a loss can do is declared once, on its class, and read from there by kitm.experiment's objective registry (so a
+user's own loss registered with `register_objective` gets the same treatment as kitm's):
+    has_hardest_negatives       it takes hardest_warmup_steps
+    supports_global_negatives   it takes negatives="global"
+    needs_relevance             it reads y_true["relevance"] (a run needs a relevance source)
+    supports_gradient_caching   its step can be replayed chunk by chunk (False where it trains state of its own
+                                from each batch with optimizers of its own, as the semantic centres do)
+    uses_model_optimizer        its trainable variables train with the model's optimizer (a learnable temperature)
 """
 
 from __future__ import annotations
@@ -106,6 +115,8 @@ class RetrievalLoss(keras.losses.Loss):
     term_names: tuple[str, ...] = ("loss",)
     has_hardest_negatives = False  # True where hardest_warmup_steps means something (module docstring)
     supports_global_negatives = False  # True where negatives="global" means something (module docstring)
+    needs_relevance = False  # True where compute_terms reads y_true["relevance"]
+    supports_gradient_caching = True  # False where each batch trains state of its own (module docstring)
 
     def __init__(self, name: str, reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
                  negatives: str = "local"):

@@ -347,6 +347,8 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
     Example: `graded_info_nce_loss` (per row [0.58220, 0.58220] on its docstring's inputs).
     """
 
+    needs_relevance = True
+
     def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
                  name: str = "graded_infonce", reduction: str = "sum", dtype=None, negatives: str = "local"):

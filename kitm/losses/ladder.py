@@ -242,6 +242,7 @@ class LadderLoss(RetrievalLoss):
     """
 
     has_hardest_negatives = True
+    needs_relevance = True
 
     def __init__(self, thresholds: Sequence[float] = (0.40,), margins: Sequence[float] = (0.2, 0.01),
                  betas: Sequence[float] = (1.0, 0.25), cumulative: bool = False, name: str = "ladder",
@@ -360,6 +361,7 @@ class AdaptiveLadderLoss(RetrievalLoss):
     """
 
     has_hardest_negatives = True
+    needs_relevance = True
 
     def __init__(self, level_bounds: Sequence[int] = (2, 4), first_margin: float = 0.2, margin: float = 0.01,
                  betas: Sequence[float] | None = None, cumulative: bool = False,

@@ -223,6 +223,7 @@ class SAMLoss(RetrievalLoss):
     term_names = ("triplet_i2t", "triplet_t2i", "sam_i2t", "sam_t2i")
     has_hardest_negatives = True
     supports_global_negatives = True
+    needs_relevance = True
 
     def __init__(self, tau: float, sampling: str = "hardest", pairing: str = "matched",
                  triplet_weight: float = 1.0, sam_weight: float = 1.0, margin: float = 0.2,

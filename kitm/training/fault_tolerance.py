@@ -43,19 +43,22 @@ SETTINGS = "run_settings.json"
 
 
 def claim_backup(backup_dir: str | os.PathLike, settings: Mapping[str, object],
-                 ignored: Collection[str] = ()) -> None:
+                 ignored: Collection[str] = (), defaults: Mapping[str, object] | None = None) -> None:
     """Record `settings` beside the backup in `backup_dir`, or, when a backup is there to resume, check that it was
     made under the same settings (those in `ignored` aside: the ones that do not change what is trained, as the
-    output folder or progress bars) and stop naming each one that changed (module docstring)."""
+    output folder or progress bars) and stop naming each one that changed (module docstring). A setting the record
+    lacks (one added to kitm after the backup was made) is unchanged where it has its value in `defaults`."""
     backup_dir = pathlib.Path(backup_dir)
     path = backup_dir / SETTINGS
     wanted = json.loads(json.dumps(dict(settings), sort_keys=True, default=str))
+    known = json.loads(json.dumps(dict(defaults or {}), sort_keys=True, default=str))
     if (backup_dir / WEIGHTS).is_file() and path.is_file():
         try:
             recorded = json.loads(path.read_text())
         except (OSError, ValueError):
             recorded = None
         if isinstance(recorded, dict):
+            recorded = {**{name: value for name, value in known.items() if name in wanted}, **recorded}
             changed = sorted(name for name in set(recorded) | set(wanted)
                              if name not in ignored and recorded.get(name) != wanted.get(name))
             if changed:

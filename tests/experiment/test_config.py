@@ -78,13 +78,13 @@ def test_a_registered_objective_is_built_from_python_and_composes_with_the_paper
     def build(config, warmup):
         return TripletLoss(margin=0.05, max_violation=False, name="wide")
 
-    register_objective("test_wide_triplet", build, key="wide")
+    register_objective("test_wide_triplet", build, loss_class=TripletLoss, key="wide")
     try:
         losses, weights = build_objective(experiment_config("synthetic", loss=["test_wide_triplet", "sam"],
                                                             relevance="truth", loss_weights=[1, 0.5]))
         assert list(losses) == ["wide", "sam"] and losses["wide"].margin == 0.05 and weights["sam"] == 0.5
         with pytest.raises(KitmConfigError, match="already registered"):
-            register_objective("test_wide_triplet", build)
+            register_objective("test_wide_triplet", build, loss_class=TripletLoss)
     finally:
         objectives.OBJECTIVES.pop("test_wide_triplet")
 

@@ -49,7 +49,7 @@ class _NotANumber(TripletLoss):
 
 def test_a_run_whose_loss_goes_nan_stops_at_that_batch_without_a_summary(tiny_synthetic, tmp_path, capsys):
     register_objective("test_not_a_number", lambda config, warmup: _NotANumber(margin=0.2, name="triplet"),
-                       key="triplet")
+                       loss_class=_NotANumber, key="triplet")
     run_dir = tmp_path / "run"
     try:
         config = experiment_config("synthetic", data_dir=str(tiny_synthetic), run_dir=str(run_dir), epochs=2,

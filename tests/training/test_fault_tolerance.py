@@ -138,3 +138,19 @@ def test_a_backup_resumes_only_under_the_settings_it_was_made_with(tmp_path):
         f"{backup} to start over in {backup.parent}.")
     assert json.loads((backup / "run_settings.json").read_text()) == settings  # the record is kept
     assert (backup / "latest.weights.h5").read_bytes() == b"weights"
+
+
+def test_a_backup_made_before_a_setting_existed_resumes_when_that_setting_has_its_default(tmp_path):
+    """A setting added to kitm after the backup was made (the record lacks it) is unchanged at its default, and
+    changed at any other value."""
+    from kitm.errors import KitmConfigError
+    from kitm.training.fault_tolerance import claim_backup
+
+    backup = tmp_path / "run" / "backup"
+    claim_backup(backup, {"batch_size": 16})  # recorded by an older kitm
+    (backup / "latest.weights.h5").write_bytes(b"weights")
+    defaults = {"batch_size": 128, "objective_module": []}
+    claim_backup(backup, {"batch_size": 16, "objective_module": []}, defaults=defaults)
+    with pytest.raises(KitmConfigError) as error:
+        claim_backup(backup, {"batch_size": 16, "objective_module": ["mine"]}, defaults=defaults)
+    assert "other settings: --objective_module: before (none), now mine." in error.value.for_flags()

@@ -84,6 +84,10 @@ class ImageIndexHeads(keras.layers.Layer):
 class _OwnsParameters:
     """Mixin: a loss that owns trainable layers and their optimizers (kitm.losses.centers)."""
 
+    # Each batch trains these parameters with their own optimizers, which gradient caching's second pass would
+    # replay (kitm.losses.base, "what a loss can do").
+    supports_gradient_caching = False
+
     def optimizer_groups(self) -> list[tuple[keras.optimizers.Optimizer, list]]:
         """`[(optimizer, trainable variables)]` that the model's training step updates; frozen parts are left out."""
         groups = []
