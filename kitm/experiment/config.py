@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from typing import Literal
 
 from kitm.errors import KitmConfigError, option
+from kitm.negatives import SETTING_NEGATIVES
 
 # Choices spelled once: modules that need the list read it from here (`typing.get_args(Negatives)`).
-Negatives = Literal["auto", "global", "local"]  # where a loss finds its negatives under several replicas
+Negatives = Literal[SETTING_NEGATIVES]  # where a loss finds its negatives under several replicas (kitm.negatives)
 Relevance = Literal["none", "truth", "cider", "sbert"]  # a relevance source of the records
 Switch = Literal["auto", "true", "false"]  # a feature kitm turns on where it pays (auto), or forced on / off
 ADAM_RATE = "Adam moves each weight by up to about the learning rate per step; above 1 the loss diverges"

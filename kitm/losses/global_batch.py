@@ -41,7 +41,7 @@ from typing import Mapping
 import keras
 from keras import ops
 
-NEGATIVES = ("local", "global")
+from kitm.negatives import LOSS_NEGATIVES as NEGATIVES
 
 __all__ = ["NEGATIVES", "check_negatives", "GlobalBatch", "global_batch", "replica_share", "num_replicas_in_sync",
            "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms"]
