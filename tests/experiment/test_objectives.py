@@ -112,7 +112,7 @@ def test_an_objective_module_that_cannot_be_imported_is_named():
 @pytest.mark.slow
 def test_the_launcher_trains_a_users_loss_from_its_objective_module(tiny_synthetic, tiny_flags, subprocess_env,
                                                                     repo_root, tmp_path):
-    """A loss defined in the user's package, loaded by --objective_module, with global negatives asked for."""
+    """A loss defined in the user's package, loaded by --objective_module, gathering global negatives on 2 CPU devices."""
     env = dict(subprocess_env(), PYTHONPATH=f"{repo_root}:{PACKAGE}")
 
     def launch(*flags):
@@ -121,9 +121,12 @@ def test_the_launcher_trains_a_users_loss_from_its_objective_module(tiny_synthet
                                *flags], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
 
     done = launch(f"--run_dir={tmp_path / 'run'}", "--objective_module=kitm_test_objectives",
-                  "--loss=double_margin,triplet", "--loss_weights=1,0.5", "--negatives=global")
+                  "--loss=double_margin,triplet", "--loss_weights=1,0.5", "--negatives=global",
+                  "--strategy=mirrored", "--cpu_devices=2")
     assert done.returncode == 0, done.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "summary.json").read_text())["history"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["replicas"] == 2
+    history = summary["history"]
     assert "double_margin/i2t" in history and "triplet/i2t" in history, sorted(history)
     refused = launch(f"--run_dir={tmp_path / 'refused'}", "--objective_module=kitm_test_objectives",
                      "--loss=local_only", "--negatives=global")
