@@ -2,8 +2,8 @@
 links that lead somewhere.
 
 - README.md has at most 200 lines; docs/ holds at least 5 pages.
-- Nothing in kitm/, docs/ or the README cites METHODS.md, ARCHITECTURE.md or ../shared: the package's own
-  equations and choices are docs/methods.md.
+- Nothing in kitm/, docs/ or the README cites METHODS.md, ARCHITECTURE.md or ../shared, and no test cites the first
+  two (tests may read ../shared's data): the package's own equations and choices are docs/methods.md.
 - Every relative link of the README and of the docs/ pages names an existing file, and a link to a heading of a
   page (`methods.md#sam`) names a heading that page has (GitHub's anchors: lower case, punctuation dropped,
   spaces as hyphens).
@@ -88,6 +88,12 @@ def test_nothing_cites_files_outside_the_repository():
     for path in _cited_files():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if FORBIDDEN.search(line):
+                offenders.append(f"{_relative(path)}:{number}: {line.strip()}")
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name == "test_docs.py":  # this file names them to forbid them
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"METHODS\.md|ARCHITECTURE\.md", line):
                 offenders.append(f"{_relative(path)}:{number}: {line.strip()}")
     assert not offenders, "cite docs/methods.md (or docs/layout.md) instead:\n" + "\n".join(offenders)
 

@@ -1,4 +1,4 @@
-"""The package's shape (ARCHITECTURE.md): imports follow the data flow, with no cycle between subpackages, and only
+"""The package's shape (docs/layout.md): imports follow the data flow, with no cycle between subpackages, and only
 the launcher knows about absl flags."""
 
 import ast

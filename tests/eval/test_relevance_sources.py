@@ -5,7 +5,7 @@ loads each image's captions as ``[c.lower() for c in cap['refs']]``, adds every 
 ``CiderScorer`` (so the documents of the idf are the images' caption groups, D = number of images), and
 ``compute_fast`` scores every caption (rows, image-major) against every group (columns); ``precook`` tokenizes
 with ``s.split()``. No PTB tokenizer, no punctuation removal. ``reference_rule_oracle`` below is a per-pair
-transcription of that (dicts and math, no kitm code), CIDEr-D as in METHODS.md.
+transcription of that (dicts and math, no kitm code), CIDEr-D as in docs/methods.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""R@K, R^V@K, medr, meanr and mAP against per-query oracles written from METHODS.md / VSE++."""
+"""R@K, R^V@K, medr, meanr and mAP against per-query oracles written from docs/methods.md / VSE++."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NCS@K and SR@K against per-query oracles written from METHODS.md "Metrics" (Biten et al.
+"""NCS@K and SR@K against per-query oracles written from docs/methods.md "Metrics" (Biten et al.
 Eqs. 4-5 as the ncs_metric reference computes them)."""
 
 from __future__ import annotations

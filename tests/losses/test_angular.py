@@ -1,4 +1,4 @@
-"""Angular and neighbourhood losses against loop oracles from METHODS.md ("Semantic neighborhoods"), and
+"""Angular and neighbourhood losses against loop oracles from docs/methods.md ("Angular", "Neighbourhood terms"), and
 every semantic loss of kitm under tf.distribute."""
 
 import math
@@ -29,7 +29,7 @@ def trip(a, p, n, margin=0.2):
 
 
 def npair_ang(a, p, negatives, angle_degrees=45.0):
-    """METHODS.md N-pair angular: log(1 + sum_n exp(4 tan^2 (a + p)^T n - 2 (1 + tan^2) a^T p))."""
+    """docs/methods.md N-pair angular: log(1 + sum_n exp(4 tan^2 (a + p)^T n - 2 (1 + tan^2) a^T p))."""
     tan2 = math.tan(math.radians(angle_degrees)) ** 2
     return math.log(1.0 + sum(math.exp(4 * tan2 * float((a + p) @ n) - 2 * (1 + tan2) * float(a @ p))
                               for n in negatives))
@@ -134,7 +134,7 @@ def test_npair_form_matches_oracle(angle):
 
 def test_collapse_is_a_minimum_of_the_hinge_form_but_not_of_the_npair_form():
     # Every embedding the same unit vector: the hinge form is exactly 0 (its global minimum); the N-pair form is
-    # log(1 + N e^4) at 45 degrees (METHODS.md), and a spread-out configuration scores lower.
+    # log(1 + N e^4) at 45 degrees (docs/methods.md), and a spread-out configuration scores lower.
     b, d = 8, 16
     same = np.tile(unit(np.random.default_rng(11), 1, d), (b, 1))
     np.testing.assert_allclose(angular_loss(same, same, form="hinge").numpy(), np.zeros(b), atol=1e-12)

@@ -1,6 +1,6 @@
 """The hardest-negative warm-up (kitm.losses.base): every hardest-negative term sums over the negatives (or draws a
 random negative) for the first `hardest_warmup_steps` training steps, then takes the hardest one. Oracles are
-numpy loops written from METHODS.md's equations."""
+numpy loops written from docs/methods.md's equations."""
 
 import numpy as np
 import pytest

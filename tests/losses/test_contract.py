@@ -1,11 +1,11 @@
-"""The loss contract (ARCHITECTURE.md "Public names", kitm.losses.base): one harness that every kitm loss passes.
+"""The loss contract (docs/library.md, kitm.losses.base): one harness that every kitm loss passes.
 
 `CASES` says how to build each loss and which plain function it wraps; `test_every_loss_class_is_in_the_registry`
 walks kitm (LOSS_PACKAGES) for `RetrievalLoss` subclasses, so a new loss fails here until it has a case. Each case
 is checked for:
 
 1. per-row values: `call` returns [B], the sum of `compute_terms` (keys = `term_names`), equal to the plain
-   function of ARCHITECTURE.md where one exists, and reduced by `reduce_per_row` as the `reduction` says it is
+   function kitm.losses exports where one exists, and reduced by `reduce_per_row` as the `reduction` says it is
    what `loss(y_true, y_pred)` returns ("sum", "sum_over_batch_size", "none");
 2. `get_config`: JSON-safe, `from_config` and `keras.saving.(de)serialize_keras_object` / `keras.losses.(de)serialize`
    give the same config and (with the loss-owned state copied: centres, heads, margins, thresholds) the same value;
@@ -194,7 +194,7 @@ class Case:
     """How to build one loss configuration for the harness.
 
     build: keyword arguments (e.g. `reduction`) -> a new loss.
-    plain: (loss, y_true, y_pred) -> per-row [B] from the loss's plain function (ARCHITECTURE.md), or None.
+    plain: (loss, y_true, y_pred) -> per-row [B] from the loss's plain function (kitm.losses exports it), or None.
     state: the loss's variables that are not in its config (copied onto a rebuilt loss to compare values).
     random: the loss draws random negatives (stateful op seeds): values are compared after `tf.random.set_seed`,
         and the MirroredStrategy check, whose draws cannot match the one-device draws, is skipped.

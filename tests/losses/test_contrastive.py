@@ -1,6 +1,6 @@
-"""InfoNCE, SigLIP and graded InfoNCE (kitm.losses.contrastive) against numpy oracles written from METHODS.md.
+"""InfoNCE, SigLIP and graded InfoNCE (kitm.losses.contrastive) against numpy oracles written from docs/methods.md.
 
-The oracles below follow METHODS.md, "Contrastive baselines (CLIP, SigLIP) and graded InfoNCE", term by term with
+The oracles below follow docs/methods.md, "Contrastive", term by term with
 explicit loops (they are the reference, not the implementation): L_InfoNCE = 1/2 (sum_p -log softmax_q(z[p,:])[p]
 + sum_q -log softmax_p(z[:,q])[q]); L_SigLIP = -sum_p sum_q log sigmoid(y[p,q] z[p,q]); graded InfoNCE with soft
 targets softmax(R'/tau_R). Samples of one image are positives of each other: InfoNCE's target is uniform over them,
@@ -25,7 +25,7 @@ from kitm.losses import (GradedInfoNCELoss, InfoNCELoss, SigLIPLoss, graded_info
 from kitm.losses.contrastive import graded_info_nce_targets
 
 # ------------------------------------------------------------------------------------------------
-# Oracles (numpy, float64, loops over anchors: written from METHODS.md, not from the implementation)
+# Oracles (numpy, float64, loops over anchors: written from docs/methods.md, not from the implementation)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -88,7 +88,7 @@ def oracle_graded_info_nce(s, relevance, scale, tau, image_index=None):
 
 
 def oracle_siglip_total(s, scale, bias, image_index=None):
-    """METHODS.md's L (a scalar): -sum_p sum_q log sigmoid(y z)."""
+    """docs/methods.md's L (a scalar): -sum_p sum_q log sigmoid(y z)."""
     s = np.asarray(s, np.float64)
     b = s.shape[0]
     pos = _positives(b, image_index)
@@ -219,7 +219,7 @@ def test_graded_info_nce_tends_to_info_nce_as_tau_goes_to_zero(image_index):
     b = 6
     x, y, r = _random(b, seed=7)
     s = x @ y.T
-    # The positives are the only entries at the maximum (METHODS.md raises them to it; here they already are): the
+    # The positives are the only entries at the maximum (docs/methods.md raises them to it; here they already are): the
     # limit is then InfoNCE's target, uniform over the positives.
     r = np.where(_positives(b, image_index), 1.0, 0.9 * r)
     infonce = oracle_info_nce(s, 10.0, image_index)
@@ -234,7 +234,7 @@ def test_graded_info_nce_tends_to_info_nce_as_tau_goes_to_zero(image_index):
 
 
 def test_a_caption_tied_with_the_positive_shares_the_limit_target():
-    # METHODS.md raises the positive to the row maximum: a caption of another image that reaches that maximum ties
+    # docs/methods.md raises the positive to the row maximum: a caption of another image that reaches that maximum ties
     # with it, and as tau_R -> 0 the target is 1/2 on each.
     r = np.array([[0.5, 0.9, 0.1], [0.2, 1.0, 0.3], [0.0, 0.1, 1.0]])
     y_i2t, y_t2i = graded_info_nce_targets(tf.constant(r), tau_relevance=1e-3)

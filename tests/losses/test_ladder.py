@@ -1,4 +1,4 @@
-"""Ladder loss against loop oracles from METHODS.md ("Ladder loss"), the reference formula, and exhaustive k-means."""
+"""Ladder loss against loop oracles from docs/methods.md ("Ladder"), the reference formula, and exhaustive k-means."""
 
 import itertools
 

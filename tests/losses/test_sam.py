@@ -1,4 +1,4 @@
-"""SAM against numpy oracles written from METHODS.md ("SAM") and a replica of the reference's tensor code."""
+"""SAM against numpy oracles written from docs/methods.md ("SAM") and a replica of the reference's tensor code."""
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ def clip(x, max_margin):
 
 
 def matched_oracle(s, r, neg_caption, neg_image, tau, max_margin=1.0):
-    """METHODS.md, matched pairing, explicit loops; an index of -1 drops the term."""
+    """docs/methods.md, matched pairing, explicit loops; an index of -1 drops the term."""
     b = s.shape[0]
     rows = np.zeros(b)
     for p in range(b):
@@ -29,7 +29,7 @@ def matched_oracle(s, r, neg_caption, neg_image, tau, max_margin=1.0):
 
 
 def reference_formula_oracle(s, r, n0, n1, tau, max_margin=1.0):
-    """METHODS.md's statement of what the reference computes, term by term."""
+    """docs/methods.md's statement of what the reference computes, term by term."""
     b = s.shape[0]
     ms = [clip((r[k, k] - r[k, n1[k]]) / tau, max_margin) for k in range(b)]
     mi = [clip((r[k, k] - r[k, n0[k]]) / tau, max_margin) for k in range(b)]

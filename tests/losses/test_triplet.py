@@ -1,4 +1,4 @@
-"""TripletLoss against a numpy oracle written from METHODS.md's VSE++ equation."""
+"""TripletLoss against a numpy oracle written from docs/methods.md's VSE++ equation."""
 
 import numpy as np
 import pytest

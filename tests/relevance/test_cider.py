@@ -1,4 +1,4 @@
-"""Tests of kitm.relevance.cider against pycocoevalcap's CiderScorer and the METHODS.md equation.
+"""Tests of kitm.relevance.cider against pycocoevalcap's CiderScorer and the docs/methods.md equation.
 
 Oracle path (pycocoevalcap). ``CiderScorer`` scores *items* (one hypothesis with its own list of
 references) and takes its document frequencies from the references of all the items it holds,
@@ -16,7 +16,7 @@ scores are ignored. Everything else is pycocoevalcap's own code.
 Both oracles see captions normalised by ``ptb_normalize``; normalisation itself is tested against
 the Java tokenizer in test_text_normalization.py.
 
-A third oracle, ``equation_oracle``, is a literal per-pair transcription of METHODS.md (dicts and
+A third oracle, ``equation_oracle``, is a literal per-pair transcription of docs/methods.md (dicts and
 math, no kitm code) used where pycocoevalcap cannot go: n != 4 (its ``precook`` always counts up to
 4-grams and then indexes out of range) and other sigmas.
 """
@@ -87,7 +87,7 @@ def pycoco_matrix_with_df(hypotheses: list[str], groups: list[list[str]],
 
 def equation_oracle(hypotheses: list[str], groups: list[list[str]], *, n: int = 4, sigma: float = 6.0,
                     frequency: dict[str, int] | None = None, num_documents: int | None = None) -> np.ndarray:
-    """METHODS.md CIDEr-D, pair by pair, on already-normalised captions."""
+    """docs/methods.md CIDEr-D, pair by pair, on already-normalised captions."""
     def grams(caption: str) -> Counter:
         words = caption.split()
         return Counter(" ".join(words[i:i + k]) for k in range(1, n + 1) for i in range(len(words) - k + 1))
