@@ -418,9 +418,15 @@ def _with_neighbor_positions(table, num_replicas: int):
     return add
 
 
+def tf_tokenize(tokenizer, texts):
+    """Token ids of `texts` inside a tf.data map: kitm's tokenizers' TensorFlow path (`tf_tokenize`), which holds on
+    every Keras backend; any other callable is called as it is."""
+    return getattr(tokenizer, "tf_tokenize", tokenizer)(texts)
+
+
 def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo):
     def convert(batch):
-        x = {"image": batch["image"], "tokens": tokenizer(batch["caption"])}
+        x = {"image": batch["image"], "tokens": tf_tokenize(tokenizer, batch["caption"])}
         y = {"image_index": batch["image_index"], "caption_index": batch["caption_index"]}
         if config.neighbor_batching:
             y["neighbor_position"] = batch["neighbor_position"]
@@ -457,7 +463,8 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
     def tokenize(batch):
         captions = batch["captions"]
         shape = tf.shape(captions)
-        tokens = tokenizer(tf.reshape(captions, [-1]))  # a tensor, or a dict of them (keras-hub text towers)
+        # a tensor, or a dict of them (keras-hub text towers)
+        tokens = tf_tokenize(tokenizer, tf.reshape(captions, [-1]))
         batch["tokens"] = tf.nest.map_structure(lambda ids: tf.reshape(ids, [shape[0], shape[1], -1]), tokens)
         return batch
 

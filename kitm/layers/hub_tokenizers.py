@@ -55,6 +55,10 @@ class HubCaptionTokenizer(keras.layers.Layer):
         return ("padding_mask", "segment_ids", "token_ids") if self.family == "bert" else ("token_ids",)
 
     def call(self, texts):
+        return self.tf_tokenize(texts)
+
+    def tf_tokenize(self, texts):
+        """`call` in TensorFlow ops alone, for tf.data maps on every Keras backend (as CaptionTokenizer's)."""
         texts = tf.convert_to_tensor(texts, tf.string)
         if self.family == "clip":
             texts = tf.strings.lower(texts)

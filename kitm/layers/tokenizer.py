@@ -82,6 +82,11 @@ class CaptionTokenizer(keras.layers.Layer):
         return len(self.vocabulary) + 2
 
     def call(self, texts):
+        return self.tf_tokenize(texts)
+
+    def tf_tokenize(self, texts):
+        """`call` in TensorFlow ops alone, for tf.data maps on every Keras backend: a Keras layer called there on JAX
+        or PyTorch converts its string inputs to that backend's arrays, which cannot hold strings."""
         words = split_words(texts)
         ids = tf.ragged.map_flat_values(self.lookup, words)
         return tf.cast(ids.to_tensor(default_value=0, shape=[None, self.max_length]), tf.int32)

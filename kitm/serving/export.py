@@ -71,9 +71,73 @@ def _checked_features(features, feature_dim: int, signature: str):
 
 def _unless_empty(embed, inputs, dim: int):
     """`embed()`, or float32 [0, dim] when `inputs` has no rows: a convolution tower given an empty batch fails in
-    its kernels (`Incompatible shapes: [16] vs. [0,48,48,3]` from a batch normalisation), where the text tower
-    returns [0, D]; every signature answers an empty request with an empty [0, D]."""
+    its kernels (`Incompatible shapes: [16] vs. [0,48,48,3]` from a batch normalisation), and a model converted by
+    jax2tf (JAX backend) refuses a batch of 0; every signature answers an empty request with an empty [0, D]."""
     return tf.cond(tf.shape(inputs)[0] > 0, lambda: tf.cast(embed(), tf.float32), lambda: tf.zeros([0, dim]))
+
+
+def _token_spec(tokenizer):
+    """The structure of `tokenizer.tf_tokenize`'s output for a batch of captions: int32 ids [None, L] (or a dict)."""
+    probe = tokenizer.tf_tokenize(tf.constant(["a"]))
+    return tf.nest.map_structure(lambda ids: tf.TensorSpec([None, *ids.shape[1:]], ids.dtype), probe)
+
+
+def _numeric_encoders(archive, model, tokenizer, image_spec):
+    """(text, image) encoders of tensors for the archive's graph. On TensorFlow, the model's own calls. On JAX the
+    model's arithmetic becomes TensorFlow through jax2tf, which takes numbers only: the encoders from token ids and
+    from pixels (or features) are endpoints of their own (`encode_tokens`, `encode_pixels`), and the signatures on
+    strings tokenize and decode in TensorFlow before calling them."""
+    if keras.backend.backend() == "tensorflow":
+        return (lambda tokens: model.encode_text(tokens, training=False),
+                lambda pixels: model.encode_image(pixels, training=False))
+    if keras.backend.backend() != "jax":
+        raise NotImplementedError(f"Export runs on the TensorFlow and JAX backends, not {keras.backend.backend()}: "
+                                  "load the weights under KERAS_BACKEND=tensorflow (or jax) and export there.")
+    for resource in _tensorflow_objects(tokenizer):
+        archive.track(resource)
+    text = archive.add_endpoint("encode_tokens", lambda tokens: model.encode_text(tokens, training=False),
+                                input_signature=[_token_spec(tokenizer)])
+    image = archive.add_endpoint("encode_pixels", lambda pixels: model.encode_image(pixels, training=False),
+                                 input_signature=[image_spec])
+    return text, image
+
+
+def _tensorflow_objects(root, depth: int = 6) -> list:
+    """The TensorFlow objects (lookup tables, tf_text resources, variables) held by a layer's attributes, its
+    sublayers' included. On JAX a Keras layer is no TensorFlow object, so the export archive, which saves what it
+    tracks, would not find the tokenizer's tables: each is tracked by itself."""
+    found, seen = [], set()
+
+    def visit(value, left):
+        if id(value) in seen or left < 0 or isinstance(value, (str, bytes, int, float, type(None))):
+            return
+        seen.add(id(value))
+        if isinstance(value, tf.__internal__.tracking.Trackable):
+            found.append(value)
+            return
+        if isinstance(value, dict):
+            children = list(value.values())
+        elif isinstance(value, (list, tuple, set)):
+            children = list(value)
+        elif isinstance(value, keras.layers.Layer) or hasattr(value, "__dict__") and left == depth:
+            children = list(vars(value).values())
+        else:
+            return
+        for child in children:
+            visit(child, left - 1)
+
+    visit(root, depth)
+    return found
+
+
+def _add_string_endpoint(archive, name, fn, input_signature):
+    """An endpoint of TensorFlow ops (strings in), added as it is on every backend (no jax2tf)."""
+    if keras.backend.backend() == "tensorflow":
+        archive.add_endpoint(name, fn, input_signature=input_signature)
+        return
+    function = tf.function(fn, input_signature=input_signature, autograph=False)
+    function.get_concrete_function()
+    archive.add_endpoint(name, function)
 
 
 def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
@@ -81,9 +145,18 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(tokenizer)
+    if image_mode == "encoded":
+        pixel_spec = tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="pixels")
+    elif feature_dim is None:
+        raise ValueError("Feature models need feature_dim for the export signature.")
+    else:
+        pixel_spec = tf.TensorSpec([None, feature_dim], tf.float32, name="features")
+    encode_tokens, encode_pixels = _numeric_encoders(archive, model, tokenizer, pixel_spec)
 
     def text_embeddings(captions, signature):
-        return model.encode_text(tokenizer(_checked_captions(captions, signature)), training=False)
+        tokens = tokenizer.tf_tokenize(_checked_captions(captions, signature))
+        # jax2tf's batch dimension is at least 1: an empty request is answered before the model (as for images).
+        return _unless_empty(lambda: encode_tokens(tokens), captions, model.embedding_dim)
 
     if image_mode == "encoded":
         image_spec = tf.TensorSpec([None], tf.string, name="images")
@@ -92,25 +165,25 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
             pixels = tf.map_fn(lambda encoded: eval_image(decode_pixels(encoded), image_size, eval_crop_fraction),
                                _checked_images(images, signature),
                                fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
-            return _unless_empty(lambda: model.encode_image(pixels, training=False), pixels, model.embedding_dim)
+            return _unless_empty(lambda: encode_pixels(pixels), pixels, model.embedding_dim)
     else:
-        if feature_dim is None:
-            raise ValueError("Feature models need feature_dim for the export signature.")
         # Any width is accepted by the signature and checked in the graph, for a message that names it.
         image_spec = tf.TensorSpec([None, None], tf.float32, name="features")
 
         def image_embeddings(features, signature):
-            return model.encode_image(_checked_features(features, feature_dim, signature), training=False)
+            checked = _checked_features(features, feature_dim, signature)
+            return encode_pixels(tf.ensure_shape(checked, [None, feature_dim]))
 
-    archive.add_endpoint("encode_text", lambda captions: {"embeddings": text_embeddings(captions, "encode_text")},
-                         input_signature=[tf.TensorSpec([None], tf.string, name="captions")])
-    archive.add_endpoint("encode_image", lambda images: {"embeddings": image_embeddings(images, "encode_image")},
-                         input_signature=[image_spec])
-    archive.add_endpoint(
-        "score",
+    captions_spec = tf.TensorSpec([None], tf.string, name="captions")
+    _add_string_endpoint(archive, "encode_text",
+                         lambda captions: {"embeddings": text_embeddings(captions, "encode_text")}, [captions_spec])
+    _add_string_endpoint(archive, "encode_image",
+                         lambda images: {"embeddings": image_embeddings(images, "encode_image")}, [image_spec])
+    _add_string_endpoint(
+        archive, "score",
         lambda captions, images: {"scores": tf.matmul(image_embeddings(images, "score"),
                                                       text_embeddings(captions, "score"), transpose_b=True)},
-        input_signature=[tf.TensorSpec([None], tf.string, name="captions"), image_spec])
+        [captions_spec, image_spec])
     return archive
 
 

@@ -1,0 +1,57 @@
+"""The launcher on Keras' JAX backend (issue 33, item 2): `KERAS_BACKEND=jax python -m kitm.launch` trains the tiny
+model from the tf.data pipeline, evaluates it and exports a SavedModel whose signatures on raw captions and image
+bytes give the embeddings of the same weights loaded into the TensorFlow model (the model's arithmetic crosses to
+TensorFlow through jax2tf; tokenizing and decoding stay TensorFlow ops)."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+
+@pytest.mark.slow
+def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_flags, subprocess_env, repo_root,
+                                                          tmp_path):
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from kitm.data import synthetic
+    from kitm.data.synthetic_records import encode_png
+    from kitm.layers import CaptionTokenizer, GRUTextEncoder, SmallConvEncoder
+    from kitm.models import DualEncoder
+    from kitm.ops.images import decode_image, eval_image
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
+                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=0", "--projector_samples=0"],
+                          env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["history"]["loss"]) == 2 and summary["history"]["loss"][1] < summary["history"]["loss"][0]
+    assert summary["test"]["t2i_R@10"] > 0 and (run_dir / "export" / "1" / "saved_model.pb").is_file()
+
+    served = tf.saved_model.load(str(run_dir / "export" / "1"))
+    captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words"]
+    world = synthetic.generate_world(4, seed=3, image_size=32)
+    images = [encode_png(world.images[i]) for i in range(2)]
+    served_text = served.signatures["encode_text"](captions=tf.constant(captions))["embeddings"].numpy()
+    served_image = served.signatures["encode_image"](images=tf.constant(images))["embeddings"].numpy()
+    scores = served.signatures["score"](captions=tf.constant(captions), images=tf.constant(images))["scores"]
+
+    # The same weights (a .weights.h5 file is the same on every backend) in the TensorFlow model.
+    tokenizer = CaptionTokenizer(str(run_dir / "vocabulary.txt"), 32)
+    model = DualEncoder(SmallConvEncoder(), GRUTextEncoder(tokenizer.vocabulary_size, 16, 16), 32, name="dual_encoder")
+    model({"image": tf.zeros([1, 32, 32, 3]), "tokens": tf.zeros([1, 32], tf.int32)})
+    model.load_weights(str(run_dir / "checkpoints" / "last.weights.h5"))
+    text = model.encode_text(tokenizer(tf.constant(captions))).numpy()
+    image = model.encode_image(tf.stack([eval_image(decode_image(png), 32, 1.0) for png in images])).numpy()
+    np.testing.assert_allclose(served_text, text, atol=1e-5)
+    np.testing.assert_allclose(served_image, image, atol=1e-5)
+    np.testing.assert_allclose(scores.numpy(), image @ text.T, atol=1e-5)
+    empty = served.signatures["encode_text"](captions=tf.constant([], tf.string))["embeddings"]
+    assert empty.shape == (0, 32)
