@@ -115,6 +115,8 @@ def _jax_rows(args) -> None:
 
     def timed(name, model, x, y, batch, flops):
         model(x)  # build every weight eagerly before the first compiled step
+        if args.device_data:  # the batch on the accelerator once, as a prefetching input pipeline would leave it
+            x, y = jax.device_put((x, y))
         for _ in range(2):
             model.train_on_batch(x, y)  # compile, then one warm step
         times = []
@@ -188,6 +190,8 @@ def main() -> None:
     parser.add_argument("--step", choices=("dual_encoder", "plain"), default="dual_encoder",
                         help="--backend=jax: kitm's DualEncoder, or keras-hub's encoders in a plain Keras model with "
                              "kitm's loss (CLIP rows only)")
+    parser.add_argument("--device_data", action="store_true",
+                        help="--backend=jax: put the batch on the accelerator once instead of copying it each step")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--policy", default="mixed_bfloat16")
