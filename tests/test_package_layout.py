@@ -177,3 +177,15 @@ def test_no_module_over_500_lines_and_no_function_over_80_lines():
     assert not new, f"split these into modules of one job / functions of a few named steps: {new}"
     done = sorted(SIZE_RULE_PENDING - set(offenders))
     assert not done, f"these fit the size rules now: take them out of SIZE_RULE_PENDING: {done}"
+
+
+def test_what_kitm_writes_into_a_clone_is_ignored_by_git():
+    """Run folders, built records, search indexes and the second CI environment never show in `git status`
+    (.gitignore; docs/bad-input.md, "the second round")."""
+    import subprocess
+
+    root = KITM.parent
+    paths = ["runs/demo/summary.json", "tfrecords/synthetic/dataset.json", "indexes/demo/manifest.json",
+             ".venv-without-tensorflow/bin/python"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=root, capture_output=True, text=True)
+    assert ignored.stdout.split() == paths
