@@ -3,4 +3,4 @@ docs/scale.md) and the run setting that adds "auto" (kitm.experiment.config). A 
 configuration reads it without importing Keras."""
 
 LOSS_NEGATIVES = ("local", "global")  # each replica's own batch, or the whole global batch
-SETTING_NEGATIVES = ("auto", *LOSS_NEGATIVES)  # auto: global with several replicas when every loss can gather
+SETTING_NEGATIVES = ("auto", *sorted(LOSS_NEGATIVES))  # auto: global with several replicas when every loss can gather
