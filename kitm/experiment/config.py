@@ -136,11 +136,12 @@ class ModelConfig(_Section):
         "The text tower's learning rate is --learning_rate x this."))
     text_bidirectional: bool = setting(True, help=(
         "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code."))
-    # packed is not the default, so that figures trained before it repeat bit for bit.
-    text_recurrence: Literal["masked", "packed"] = setting("masked", help=(
+    # auto is packed unless XLA compiles the step: the fastest correct path by default (issue 33); runs trained
+    # before it (masked) repeat with --text_recurrence=masked.
+    text_recurrence: Literal["auto", "masked", "packed"] = setting("auto", help=(
         "GRU text tower: masked (Keras' GRU over every caption to the batch's longest) or packed (each caption only to "
         "its own end, as PyTorch's packed sequences; equal to float rounding, faster on a CPU; not with "
-        "--jit_compile=true). docs/performance.md."))
+        "--jit_compile=true); auto: packed, masked with --jit_compile=true. docs/performance.md."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,11 +258,12 @@ class TrainingConfig(_Section):
         "Compute in float16 (GPU) or bfloat16 (CPU) with float32 weights; losses stay float32."))
     jit_compile: Switch = setting("auto", help=(
         "XLA-compile the training step (auto: Keras' choice, on with a GPU, off on CPU)."))
-    # auto: on for keras-hub towers, where the update is a share of the step worth fusing; off for the papers'
-    # towers, whose figures then repeat bit for bit.
+    # auto: on wherever the fused kernel exists (the TensorFlow backend): the fastest correct path by default
+    # (issue 33); runs trained before it (Keras' update for the papers' towers) repeat with --fused_update=false.
     fused_update: Switch = setting("auto", help=(
-        "Adam's update of each variable with TensorFlow's fused Adam kernel (equal to float rounding, faster for big "
-        "towers on a CPU; auto: on for keras-hub towers, off for the papers' towers). docs/performance.md."))
+        "Adam's update of each variable with TensorFlow's fused Adam kernel (equal to float rounding, faster on a "
+        "CPU; auto: on on the TensorFlow backend, Keras' Adam on JAX and PyTorch, where the kernel does not exist). "
+        "docs/performance.md."))
     finetune_after_epochs: int = setting(0, lower=0, help=(
         "ResNet encoders: train with the backbone frozen for this many epochs, then fine-tune it too (VSE++ 'FT'; 0: "
         "never)."))

@@ -38,7 +38,8 @@ def _gru_text_encoder(config: ExperimentConfig, vocabulary_size: int):
     return GRUTextEncoder(vocabulary_size, config.model.word_dim, config.model.text_units,
                           bidirectional=config.model.text_bidirectional,
                           trim_padding=not xla,
-                          recurrence=config.model.text_recurrence, name="text_backbone")
+                          recurrence=config.model.text_recurrence,  # auto: packed, masked under XLA
+                          name="text_backbone")
 
 
 # The papers' towers: a small CNN (the synthetic world), ResNets (ImageNet weights; VSE++, SAM, the ladder loss),
@@ -255,8 +256,8 @@ def apply_tower_training(config: ExperimentConfig, model) -> None:
 
 
 def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
-    """Adam: Keras' or the fused one (kitm.training.fused_adam; `fused_update`, auto = for keras-hub towers), with
-    per-tower rates where a tower learning-rate multiplier is not 1 (kitm.training.tower_learning_rates)."""
+    """Adam: Keras' or the fused one (kitm.training.fused_adam; `fused_update`, auto = on the TensorFlow backend),
+    with per-tower rates where a tower learning-rate multiplier is not 1 (kitm.training.tower_learning_rates)."""
     import keras
 
     from kitm.training.fused_adam import FusedAdam
@@ -267,7 +268,11 @@ def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
     if fused not in ("auto", "true", "false"):
         raise KitmConfigError(f"{option('fused_update')}={config.training.fused_update}: expected auto, true or "
                               "false.")
-    fused = fused == "true" or (fused == "auto" and (uses_hub_image(config) or uses_hub_text(config)))
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    if fused == "true" and not on_tensorflow:
+        raise KitmConfigError(f"{option('fused_update')}=true: the fused Adam kernel is TensorFlow's, and Keras runs "
+                              f"on {keras.backend.backend()}; use {option('fused_update')}=auto (Keras' Adam there).")
+    fused = fused == "true" or (fused == "auto" and on_tensorflow)
     if model_settings.image_tower_lr_multiplier == 1.0 and model_settings.text_tower_lr_multiplier == 1.0:
         return (FusedAdam if fused else keras.optimizers.Adam)(learning_rate, **kwargs)
     optimizer = (FusedTowerLearningRateAdam if fused else TowerLearningRateAdam)(learning_rate, **kwargs)

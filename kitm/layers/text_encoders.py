@@ -24,10 +24,12 @@ class GRUTextEncoder(keras.layers.Layer):
     depends on the data, which XLA cannot compile, so a trimming encoder says `supports_jit = False` (Keras'
     `jit_compile="auto"` then leaves XLA off); build it with `trim_padding=False` to train under `jit_compile=True`.
 
-    `recurrence`: "masked" (default) runs Keras' GRU over every row of the (trimmed) width; "packed" skips the rows
-    whose caption has ended (`kitm.layers.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead
-    of B x the longest, on the same weights, equal to float rounding. Packed assumes the padding (id 0) trails each
-    caption, as kitm's tokenizers write it, and is not XLA-compilable either.
+    `recurrence`: "masked" runs Keras' GRU over every row of the (trimmed) width; "packed" skips the rows whose
+    caption has ended (`kitm.layers.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead of
+    B x the longest, on the same weights, equal to float rounding (tests/layers/test_packed_gru.py). Packed assumes
+    the padding (id 0) trails each caption, as kitm's tokenizers write it, and is not XLA-compilable either.
+    "auto" (default), the fastest of the two that fits the build: packed where the encoder trims (data-dependent
+    shapes, no XLA anyway), masked where it was built for XLA (`trim_padding=False`). docs/performance.md.
 
     On JAX, whose compiled steps need static shapes, neither trims nor packs: the padding is not trimmed (the same
     states, a masked step passing the state through) and "packed" runs `packed_gru`'s masked equivalent (equal to
@@ -35,16 +37,17 @@ class GRUTextEncoder(keras.layers.Layer):
     """
 
     def __init__(self, vocabulary_size: int, word_dim: int = 300, units: int = 512, bidirectional: bool = True,
-                 trim_padding: bool = True, recurrence: str = "masked", **kwargs):
+                 trim_padding: bool = True, recurrence: str = "auto", **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size, self.word_dim, self.units = int(vocabulary_size), int(word_dim), int(units)
         self.bidirectional = bool(bidirectional)
         self.trim_padding = bool(trim_padding)
-        if recurrence not in ("masked", "packed"):
-            raise ValueError(f"recurrence must be 'masked' or 'packed'; got {recurrence!r}.")
-        self.recurrence = recurrence
+        if recurrence not in ("auto", "masked", "packed"):
+            raise ValueError(f"recurrence must be 'auto', 'masked' or 'packed'; got {recurrence!r}.")
+        # Resolved here, so that get_config (and a saved model) records the recurrence the weights trained with.
+        self.recurrence = ("packed" if self.trim_padding else "masked") if recurrence == "auto" else recurrence
         on_jax = keras.backend.backend() == "jax"
-        self.supports_jit = on_jax or (not self.trim_padding and recurrence == "masked")
+        self.supports_jit = on_jax or (not self.trim_padding and self.recurrence == "masked")
         self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
         if self.bidirectional:
             self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")

@@ -86,3 +86,25 @@ def test_trimming_encoders_keep_keras_auto_xla_off_and_jit_compile_true_builds_w
     assert GRUTextEncoder.from_config(GRUTextEncoder(20, 4, 6, trim_padding=False).get_config()).trim_padding is False
     assert build_text_encoder(experiment_config("synthetic"), 30).trim_padding is True
     assert build_text_encoder(experiment_config("synthetic", jit_compile="true"), 30).trim_padding is False
+
+
+def test_the_recurrence_defaults_to_packed_where_the_encoder_trims_and_masked_where_xla_compiles_it():
+    """auto, the fastest recurrence that fits the build (docs/performance.md): packed with trimming (no XLA there
+    anyway), masked for an XLA build; resolved at construction so that a saved config names what trained."""
+    import pytest
+
+    from kitm.errors import KitmConfigError
+    from kitm.experiment import experiment_config
+    from kitm.experiment.encoders import build_text_encoder
+
+    assert GRUTextEncoder(20, 4, 6).recurrence == "packed"
+    assert GRUTextEncoder(20, 4, 6, trim_padding=False).recurrence == "masked"
+    assert GRUTextEncoder(20, 4, 6, recurrence="masked").recurrence == "masked"
+    assert GRUTextEncoder.from_config(GRUTextEncoder(20, 4, 6).get_config()).recurrence == "packed"
+    assert build_text_encoder(experiment_config("synthetic"), 30).recurrence == "packed"
+    assert build_text_encoder(experiment_config("synthetic", jit_compile="true"), 30).recurrence == "masked"
+    assert build_text_encoder(experiment_config("synthetic", text_recurrence="masked"), 30).recurrence == "masked"
+    with pytest.raises(KitmConfigError, match="text_recurrence"):
+        build_text_encoder(experiment_config("synthetic", jit_compile="true", text_recurrence="packed"), 30)
+    with pytest.raises(ValueError, match="recurrence"):
+        GRUTextEncoder(20, 4, 6, recurrence="fast")

@@ -90,15 +90,17 @@ def test_refuses_amsgrad():
         FusedAdam(0.01, amsgrad=True)
 
 
-def test_the_launcher_picks_it_for_hub_towers_only():
+def test_the_launcher_picks_it_by_default_on_tensorflow():
     from kitm.experiment import experiment_config
     from kitm.experiment.encoders import make_optimizer
 
     class Towers:  # make_optimizer only reads the towers' variables for per-tower rates
         image_encoder = text_encoder = keras.layers.Dense(2)
 
-    papers = experiment_config("synthetic")
-    assert type(make_optimizer(papers, Towers, 1e-3)) is keras.optimizers.Adam
+    papers = experiment_config("synthetic")  # auto: the fused kernel wherever it exists (the TensorFlow backend)
+    assert type(make_optimizer(papers, Towers, 1e-3)) is FusedAdam
+    papers_keras = experiment_config("synthetic", fused_update="false")
+    assert type(make_optimizer(papers_keras, Towers, 1e-3)) is keras.optimizers.Adam
     assert type(make_optimizer(experiment_config("synthetic", fused_update="true"), Towers, 1e-3)) is FusedAdam
     hub = experiment_config("synthetic", joint_preset="/nowhere/clip")
     assert type(make_optimizer(hub, Towers, 1e-3)) is FusedAdam
