@@ -37,11 +37,14 @@ def run_dir(out_dir: pathlib.Path, configuration: str, seed: int) -> pathlib.Pat
     return pathlib.Path(out_dir) / "runs" / configuration / f"seed_{seed}"
 
 
-def launch_args(spec: StudySpec, configuration: str, seed: int, directory: pathlib.Path) -> list[str]:
-    """Arguments after the interpreter: ``-m kitm.launch ...`` for one (configuration, seed)."""
+def launch_args(spec: StudySpec, configuration: str, seed: int, directory: pathlib.Path, *,
+                pinned: bool = True) -> list[str]:
+    """Arguments after the interpreter: ``-m kitm.launch ...`` for one (configuration, seed); the spec's pinned
+    flags first (kitm.study.spec, ``pinned_flags``), unless `pinned` is false (the command a run recorded before
+    they were pinned)."""
     flags = spec.configuration(configuration).flags
-    return ["-m", "kitm.launch", *spec.common_flags, *flags, f"--seed={seed}", f"--run_dir={directory}",
-            "--progress=false"]
+    return ["-m", "kitm.launch", *(spec.pinned_flags if pinned else ()), *spec.common_flags, *flags,
+            f"--seed={seed}", f"--run_dir={directory}", "--progress=false"]
 
 
 def eval_args(spec: StudySpec, directory: pathlib.Path) -> list[str]:

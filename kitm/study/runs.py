@@ -42,6 +42,9 @@ class RunPlan:
     directory: pathlib.Path
     launch_args: tuple[str, ...]
     eval_args: tuple[str, ...]
+    # The same run's command without the spec's pinned flags (kitm.study.spec, ``pinned_flags``): what a run
+    # recorded when the pinned values were still the launcher's defaults.
+    unpinned_launch_args: tuple[str, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -80,9 +83,11 @@ def plan_runs(spec: StudySpec, out_dir: pathlib.Path, configurations: Iterable[s
             if not spec.configuration(configuration).runs_seed(seed):
                 continue
             directory = commands.run_dir(out_dir, configuration, seed)
+            unpinned = commands.launch_args(spec, configuration, seed, directory, pinned=False)
             plans.append(RunPlan(configuration, seed, directory,
                                  tuple(commands.launch_args(spec, configuration, seed, directory)),
-                                 tuple(commands.eval_args(spec, directory))))
+                                 tuple(commands.eval_args(spec, directory)),
+                                 tuple(unpinned) if spec.pinned_flags else None))
     return plans
 
 
@@ -117,8 +122,13 @@ def new_status(plan: RunPlan, interpreter: str) -> dict:
 
 
 def is_stale(plan: RunPlan, status: Mapping[str, object] | None) -> bool:
-    """Whether the run was started by another launch command than the plan's (the spec changed since)."""
-    return status is not None and list(status.get("launch_args", [])) != list(plan.launch_args)
+    """Whether the run was started by another launch command than the plan's (the spec changed since); a command
+    that differs only by the spec's pinned flags is the same run (kitm.study.spec, ``pinned_flags``)."""
+    if status is None:
+        return False
+    recorded = list(status.get("launch_args", []))
+    return recorded != list(plan.launch_args) and (plan.unpinned_launch_args is None
+                                                   or recorded != list(plan.unpinned_launch_args))
 
 
 def evaluation_is_current(plan: RunPlan, status: Mapping[str, object] | None) -> bool:

@@ -9,6 +9,8 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     baseline = "triplet"              # default: the first configuration
     common_flags = ["--dataset=synthetic", "--synthetic_num_scenes=1500", "--epochs=8",
                     "--data_dir=tfrecords/synthetic_claims"]   # before every configuration's flags
+    pinned_flags = ["--fused_update=false"]   # optional: settings whose launcher default changed after the study's
+                                      # runs began, each at the value those runs had by default (below)
     metrics = ["i2t_R@1", "t2i_NCS@10"]  # optional: the report's tables and plots (default: R@K, NCS@K, SR@K,
                                          # CS@K both ways and rsum, those the runs have; kitm.study.metrics)
 
@@ -68,6 +70,11 @@ as above; :func:`kitm.study.commands.overridden_common_flags` warns about such o
 ``--run_dir`` belong to the study and may not appear in the spec's flags. Flagfile paths are relative to the
 current directory (normally the repository root), like the paths of the flags themselves.
 
+``pinned_flags`` keep a study repeatable when a launcher default changes under it (kitm made its fastest correct
+paths the defaults, issue 33): they go first in every launch command (so a configuration's own flags still
+override them), and a run whose recorded command is the same without them is the same run, not stale, since it
+ran when the pinned value was the default. Pin only the value the earlier runs really had by default.
+
 Pin the synthetic world with a fresh ``--data_dir`` of the study's own. The launcher builds a world only where
 none exists (``tfrecords/synthetic`` by default, whatever size an earlier run gave it: a 3000-scene demo world
 silently replaces ``--synthetic_num_scenes=1500``), with the ``--seed`` of the first run that builds it; every
@@ -95,7 +102,7 @@ from kitm.study.spec_checks import SpecError, _Checker, _describe
 STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
 STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "metrics", "evaluation", "environment",
+_TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "pinned_flags", "metrics", "evaluation", "environment",
              "configuration", "claim", "agreement", "prepare", "dose_response"}
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
@@ -157,6 +164,7 @@ class StudySpec:
     agreement: Agreement | None = None
     prepare: tuple[Prepare, ...] = ()
     dose_responses: tuple[DoseResponse, ...] = ()
+    pinned_flags: tuple[str, ...] = ()
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -171,6 +179,7 @@ class StudySpec:
     def as_dict(self) -> dict[str, object]:
         return {"path": str(self.path), "name": self.name, "out_dir": str(self.out_dir), "seeds": list(self.seeds),
                 "baseline": self.baseline, "common_flags": list(self.common_flags),
+                "pinned_flags": list(self.pinned_flags),
                 "evaluation": {"split": self.evaluation.split, "relevance": self.evaluation.relevance,
                                "extra_args": list(self.evaluation.extra_args)},
                 "environment": dict(self.environment),
@@ -206,6 +215,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     out_dir = pathlib.Path(check.string(raw.get("out_dir", f"studies/{name}"), "out_dir"))
     seeds = _parse_seeds(check, raw["seeds"])
     common_flags = check.flags(raw.get("common_flags", []), "common_flags", STUDY_LAUNCH_FLAGS)
+    pinned_flags = check.flags(raw.get("pinned_flags", []), "pinned_flags", STUDY_LAUNCH_FLAGS + ("flagfile",))
     evaluation = _parse_evaluation(check, raw.get("evaluation", {}))
 
     environment_raw = raw.get("environment", {})
@@ -235,7 +245,7 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
-                     prepare=tuple(prepare), dose_responses=dose_responses)
+                     prepare=tuple(prepare), dose_responses=dose_responses, pinned_flags=pinned_flags)
 
 
 def _parse_seeds(check: _Checker, seeds: object, key: str = "seeds") -> list[int]:

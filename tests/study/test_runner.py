@@ -337,6 +337,26 @@ def test_changed_spec_makes_runs_stale(tmp_path, fake_python, capsys):
     assert [r["state"] for r in report["runs"]] == ["stale", "missing"]
 
 
+def test_pinned_flags_go_first_and_keep_runs_recorded_before_them(tmp_path, fake_python):
+    """A default changed under a study (kitm.study.spec, pinned_flags): the spec pins the old value; runs recorded
+    without the pin are the same runs (done, not stale), new commands carry it first (so that a configuration's
+    own flag, later, overrides it), and any other change still makes a run stale."""
+    script, _ = fake_python
+    spec_path = _write_spec(tmp_path)
+    plan = runs.plan_runs(load_spec(spec_path), tmp_path / "study", ["base"], [0])[0]
+    assert run_one(plan, dict(os.environ), str(script)).action == "trained"
+    spec_path.write_text(spec_path.read_text().replace(
+        'common_flags = [', 'pinned_flags = ["--fused_update=false"]\ncommon_flags = ['))
+    pinned = runs.plan_runs(load_spec(spec_path), tmp_path / "study", ["base"], [0])[0]
+    assert pinned.launch_args[:3] == ("-m", "kitm.launch", "--fused_update=false")
+    assert runs.run_state(pinned) == runs.DONE
+    assert run_one(pinned, dict(os.environ), str(script)).action == "skipped"
+    spec_path.write_text(spec_path.read_text().replace('"--epochs=1"', '"--epochs=2"'))
+    assert runs.run_state(runs.plan_runs(load_spec(spec_path), tmp_path / "study", ["base"], [0])[0]) == runs.STALE
+    with pytest.raises(SpecError, match=r"pinned_flags\[0\]"):
+        load_spec(_write_spec(tmp_path, SPEC.replace('common_flags = [', 'pinned_flags = ["--seed=3"]\ncommon_flags = [')))
+
+
 def test_changed_evaluation_reevaluates(tmp_path, fake_python):
     script, calls = fake_python
     spec_path = _write_spec(tmp_path)
