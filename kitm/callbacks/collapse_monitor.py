@@ -10,6 +10,7 @@ on the synthetic world before the hardest-negative warm-up.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import keras
@@ -52,6 +53,8 @@ class CollapseMonitor(keras.callbacks.Callback):
         if not values:
             return
         self.last = values
+        if not all(math.isfinite(value) for value in values.values()):
+            return  # a non-finite epoch (a diverged loss) is not a collapse: the run's non-finite stop says so
         if self.collapsed_epoch is not None or max(values.values()) <= self.threshold:
             return
         self.collapsed_epoch, self.statistics = int(epoch), values

@@ -48,6 +48,17 @@ class Constant(keras.layers.Layer):
         return tf.zeros([tf.shape(inputs)[0], 4]) + self.value
 
 
+def test_a_non_finite_epoch_is_not_called_a_collapse():
+    """A diverged run (NaN embeddings) is stopped and named by the non-finite stop; the collapse warning, which
+    blames hardest negatives, stays silent."""
+    stream = io.StringIO()
+    monitor = CollapseMonitor(0.9, stream=stream, stop=True)
+    monitor.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    monitor.on_epoch_end(0, {"collapse/image_cosine": float("nan"), "collapse/text_cosine": 0.4})
+    assert stream.getvalue() == "" and monitor.collapsed_epoch is None
+    assert not getattr(monitor.model, "stop_training", False)
+
+
 def test_a_collapsed_model_is_caught_during_fit():
     rng = np.random.default_rng(2)
     x = {"image": rng.normal(size=(32, 5)).astype(np.float32), "tokens": rng.integers(1, 9, (32, 3)).astype(np.int32)}
