@@ -17,6 +17,7 @@ Hugging Face cache (``local_files_only``), otherwise a clear error says how to g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
@@ -68,6 +69,21 @@ def _resolve(model: str | os.PathLike[str] | None) -> str:
     return name
 
 
+@contextlib.contextmanager
+def _no_loading_bar():
+    """transformers draws a "Loading weights" bar per model load, on every command, --quiet or not; loading the
+    small bundled model takes about a second, so kitm's commands show their own progress and not this bar."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def load_sentence_model(model: str | os.PathLike[str] | None = None, *, device: str = "cpu") -> SentenceTransformer:
     """Loads a sentence-transformers model once per (name or path, device) and process, offline.
 
@@ -91,10 +107,12 @@ def load_sentence_model(model: str | os.PathLike[str] | None = None, *, device: 
 
         name = key[0]
         try:
-            loaded = SentenceTransformer(name, device=device, local_files_only=True)
+            with _no_loading_bar():
+                loaded = SentenceTransformer(name, device=device, local_files_only=True)
         except OSError as error:
             if name in _BUNDLED_NAMES:
-                loaded = SentenceTransformer(_bundled_model_path(), device=device)
+                with _no_loading_bar():
+                    loaded = SentenceTransformer(_bundled_model_path(), device=device)
             else:
                 raise OSError(
                     f"Sentence model {name!r} is not available offline: it is neither a local directory nor in "

