@@ -219,7 +219,7 @@ def test_helpfull_lists_every_setting_with_its_help(launch, tmp_path):
                               "is 0.0002)."),
     (["--learning_rate=1e30"], "--learning_rate=1e+30: must be in [0, 1] (Adam moves each weight by up to about the "
                                "learning rate per step; above 1 the loss diverges); the default is 0.0002."),
-    (["--margin=inf"], "--margin=inf: not a finite number; give a finite one (the default is 0.2)."),
+    (["--margin=inf"], "--margin=inf: not a finite number; give a finite one >= 0 (the default is 0.2)."),
     (["--loss_weights=1,nan", "--loss=triplet,sam", "--relevance=truth"], "--loss_weights=1,nan: item nan is not a "
                                                                           "finite number"),
     (["--image_size=8"], "--image_size=8: must be >= 16; the default is 64."),

@@ -160,7 +160,8 @@ class ObjectiveConfig(_Section):
     objective_module: tuple[str, ...] = setting((), help=(
         "Python modules to import before --loss is read (comma-separated, e.g. my_package.losses): each registers "
         "its own losses with kitm.experiment.register_objective when imported, so --loss can name them."))
-    margin: float = setting(0.2, "Triplet margin (also SAM's triplet part and the first ladder).")
+    margin: float = setting(0.2, "Triplet margin (also SAM's triplet part and the first ladder).", lower=0.0, why=(
+        "a hinge margin: [m + s(negative) - s(positive)]+ with m < 0 rewards ranking the negative above the positive"))
     max_violation: bool = setting(True, help=(
         "Hardest negative (VSE++) instead of the sum over negatives, in the triplet, SAM's triplet part and the "
         "ladder's first rung."))

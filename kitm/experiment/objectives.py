@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import typing
 from collections.abc import Callable
 
 from kitm.errors import KitmConfigError, KitmError, option, rename_options
-from kitm.experiment.config import ExperimentConfig, Negatives
+from kitm.experiment.config import ExperimentConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,18 +119,10 @@ def _neighborhood(config, warmup):
                                    form=o.angular_form)
 
 
-def _positive_settings(config, *names) -> None:
-    for name in names:
-        value = config.get(name)
-        if not value > 0:
-            raise KitmConfigError(f"{option(name)}={_number(value)}: must be > 0.")
-
-
 def _infonce(config, warmup):
     from kitm.losses import InfoNCELoss
 
     o = config.objective
-    _positive_settings(config, "logit_scale_init")
     return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
 
 
@@ -139,7 +130,6 @@ def _graded_infonce(config, warmup):
     from kitm.losses import GradedInfoNCELoss
 
     o = config.objective
-    _positive_settings(config, "graded_tau", "logit_scale_init")
     return GradedInfoNCELoss(o.graded_tau, logit_scale_init=o.logit_scale_init,
                              max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
 
@@ -148,7 +138,6 @@ def _siglip(config, warmup):
     from kitm.losses import SigLIPLoss
 
     o = config.objective
-    _positive_settings(config, "siglip_logit_scale_init")
     return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=loss_negatives(config))
 
 
@@ -266,12 +255,6 @@ def check_objective(config: ExperimentConfig) -> None:
     if "centers" in names and len(names) > 1:
         raise KitmConfigError(f"{shown}: centers is a whole objective trained in phases (triplet, centre and "
                               "classification terms); use it alone.")
-    from kitm.losses.base import check_margin
-
-    try:  # every objective's first (or only) hinge margin; the loss's own rule, applied before any data is built
-        check_margin(config.objective.margin)
-    except ValueError as error:
-        raise KitmConfigError(f"{option('margin')}={config.objective.margin}: {error}") from error
     needs_relevance = [name for name in names if OBJECTIVES[name].needs_relevance]
     if needs_relevance and config.data.relevance == "none":
         raise KitmConfigError(f"{option('loss')}={needs_relevance[0]} learns from graded relevance: set "
@@ -283,10 +266,7 @@ def resolve_negatives(config: ExperimentConfig, replicas: int) -> ExperimentConf
     """`config` with `negatives` made concrete for `replicas` (kitm.losses.global_batch; docs/scale.md): "auto" is
     global with several replicas when every loss can gather, else local; "global" with a loss that cannot gather is
     refused, naming it."""
-    negatives = config.training.negatives
-    if negatives not in typing.get_args(Negatives):
-        raise KitmConfigError(f"{option('negatives')}={negatives}: expected one of "
-                              f"{', '.join(typing.get_args(Negatives))}.")
+    negatives = config.training.negatives  # one of its choices: checked when the configuration was made
     names = list(config.objective.loss)
     cannot = [name for name in names if name in OBJECTIVES and not OBJECTIVES[name].global_negatives]
     if negatives == "global" and cannot:
@@ -305,8 +285,6 @@ def check_grad_cache(config: ExperimentConfig, replicas: int) -> None:
     chunk, batch = config.training.grad_cache_chunk, config.training.batch_size
     if not chunk:
         return
-    if chunk < 0:
-        raise KitmConfigError(f"{option('grad_cache_chunk')}={chunk}: must be >= 0 (0: no gradient caching).")
     cannot = [name for name in config.objective.loss if name in OBJECTIVES and not OBJECTIVES[name].gradient_caching]
     if cannot:
         own = " (the semantic centres and their optimizer)" if cannot[0] == "centers" else ""

@@ -116,7 +116,7 @@ def test_unknown_flag_in_a_flagfile_is_named(tmp_path, launch):
 
 def test_impossible_values_are_named(tiny_synthetic, tmp_path, launch, tiny_flags):
     result = launch(["--margin=-0.2"])
-    assert result.returncode == 2 and "--margin=-0.2: margin must be >= 0" in result.stderr
+    assert result.returncode == 2 and "--margin=-0.2: must be >= 0 (a hinge margin" in result.stderr
     result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
     assert result.returncode == 2 and "--batch_size=512 is larger than the 96 training samples" in result.stderr
 
