@@ -110,8 +110,9 @@ class ProjectorCallback(keras.callbacks.Callback):
             seen += int(tf.shape(batch["image"])[0])
             encode = paired_encoder(self.model, batch["image"].shape.rank)
             image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])
-            images.append(image_embeddings.numpy())
-            texts.append(text_embeddings.numpy())
+            # The model's arrays are the backend's (a JAX array has no .numpy()).
+            images.append(keras.ops.convert_to_numpy(image_embeddings))
+            texts.append(keras.ops.convert_to_numpy(text_embeddings))
             captions.extend(c.decode("utf-8") for c in batch["captions"].numpy().reshape(-1))
         if not images:
             raise ValueError("ProjectorCallback: the dataset is empty.")

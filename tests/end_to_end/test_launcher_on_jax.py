@@ -27,13 +27,16 @@ def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_f
 
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=0", "--projector_samples=0"],
+                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=2", "--projector_samples=8"],
                           env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["history"]["loss"]) == 2 and summary["history"]["loss"][1] < summary["history"]["loss"][0]
     assert summary["test"]["t2i_R@10"] > 0 and (run_dir / "export" / "1" / "saved_model.pb").is_file()
+    # The demo's callbacks on JAX too: the validation retrieval every 2 epochs and the embedding projector.
+    assert "val/i2t_R@1" in summary["history"] or any(key.startswith("val") for key in summary["history"])
+    assert list(run_dir.rglob("projector_config.pbtxt"))
 
     served = tf.saved_model.load(str(run_dir / "export" / "1"))
     captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words"]
