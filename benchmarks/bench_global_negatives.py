@@ -11,8 +11,18 @@ must agree to 1e-5 (the gradients summed over the replicas, as the optimizer sum
 replicas' shares). The check runs in float64 (`keras.config.set_dtype_policy`), so that the differences measure the
 computation rather than float32 round-off. The batch repeats images across replicas (8 images, 2 captions each) and
 carries a graded relevance matrix, so cross-replica positives, graded targets and SAM's margins are all exercised.
-The rows "(local, 2 replicas: not counted)" show what the check sees without the gathers. The last line is the
-largest difference; the exit status is 1 above 1e-5.
+The rows "(local, 2 replicas: not counted)" show what the check sees without the gathers.
+
+The JAX rows, "global, 2 devices (JAX DataParallel)": the same losses, batch and float64 on Keras' JAX backend, in a
+subprocess (KERAS_BACKEND=jax, XLA_FLAGS=--xla_force_host_platform_device_count=2: JAX fixes its devices when it
+starts). `keras.distribution.DataParallel` over the 2 host devices shards the global batch of 16 along its rows and
+the jit-compiled step computes the loss once over the whole sharded array (no gather: kitm.losses.global_batch,
+"Backends"); its loss and gradients are compared with one device and the whole batch. The gradients are those the
+optimizer received: the step is Keras' own (`train_on_batch`) with SGD at learning rate 1, so a variable's gradient
+is its value before the step minus its value after (exact to float64 rounding of the weights, ~1e-16). The row
+"(local, 2 devices)" shows that `compile` refuses negatives="local" there. Where JAX (or TensorFlow) is not installed
+its rows say "skipped" and do not count. The last line is the largest difference over every counted row; the exit
+status is 1 above 1e-5.
 
 Without `--check`: time one training step (the tf.function Keras compiles for `fit`) of a small conv /
 mean-of-words dual encoder with InfoNCE on 2 logical CPU devices, local against global negatives, and the
@@ -23,6 +33,7 @@ the resident set's peak during the steps (reset after tracing, Linux clear_refs)
 the same steps interleaved in one process, whose times compare under the same load.
 
     python benchmarks/bench_global_negatives.py --check [--losses infonce,siglip,graded_infonce,triplet,sam]
+        [--backends tensorflow,jax]
     python benchmarks/bench_global_negatives.py [--batch 256] [--repeats 5]
     python benchmarks/bench_global_negatives.py --memory [--batch 1024] [--chunks 0,128]
 """
@@ -30,6 +41,7 @@ the same steps interleaved in one process, whose times compare under the same lo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -43,6 +55,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 TOLERANCE = 1e-5
 LOSSES = ("infonce", "siglip", "graded_infonce", "triplet", "sam")
+BACKENDS = ("tensorflow", "jax")
+JAX_DEVICES = 2
+JAX_ROW = f"global, {JAX_DEVICES} devices (JAX DataParallel)"
 
 
 def _devices(count: int) -> None:
@@ -67,18 +82,18 @@ def _loss(name: str, negatives: str):
     return losses.SAMLoss(2.0, sampling="hardest", negatives=negatives)
 
 
-def _check_model():
-    """A tiny dual encoder on feature vectors [B, 12] and token ids [B, 5], no random layers and no batch norm."""
+def _check_model(model_class=None):
+    """A tiny dual encoder on feature vectors [B, 12] and token ids [B, 5], no random layers and no batch norm; on any
+    backend (`model_class`: a DualEncoder subclass, for the tests)."""
     import keras
-    import tensorflow as tf
 
     from kitm.models import DualEncoder
 
     image = keras.Sequential([keras.layers.Dense(10, activation="tanh")])
     text = keras.Sequential([keras.layers.Embedding(20, 10), keras.layers.GlobalAveragePooling1D()])
-    model = DualEncoder(image, text, embedding_dim=6)
-    model.build_from_inputs({"image": tf.TensorSpec([None, 12], keras.config.floatx()),
-                             "tokens": tf.TensorSpec([None, 5], tf.int32)})
+    model = (model_class or DualEncoder)(image, text, embedding_dim=6)
+    model.build_from_inputs({"image": keras.KerasTensor([None, 12], keras.config.floatx()),
+                             "tokens": keras.KerasTensor([None, 5], "int32")})
     return model
 
 
@@ -137,6 +152,10 @@ def _gradients(strategy, name: str, negatives: str, chunk: int, weights, data):
     return float(total), [g.numpy() for g in gradients]
 
 
+def _header() -> None:
+    print(f"{'loss':<16}{'setting':<38}{'|loss diff|':>14}{'max |grad diff|':>18}")
+
+
 def check(names=LOSSES) -> float:
     import keras
     import numpy as np
@@ -153,7 +172,6 @@ def check(names=LOSSES) -> float:
         weights = _check_model().get_weights()
     data = _check_batch()
     worst = 0.0
-    print(f"{'loss':<16}{'setting':<34}{'|loss diff|':>14}{'max |grad diff|':>18}")
     for name in names:
         reference_loss, reference = _gradients(one, name, "local", 0, weights, data)
         for label, strategy, negatives, chunk in (("global, 2 replicas", two, "global", 0),
@@ -163,13 +181,104 @@ def check(names=LOSSES) -> float:
             loss_gap = abs(loss - reference_loss)
             gradient_gap = max(float(np.max(np.abs(a - b))) for a, b in zip(gradients, reference))
             worst = max(worst, loss_gap, gradient_gap)
-            print(f"{name:<16}{label:<34}{loss_gap:>14.2e}{gradient_gap:>18.2e}")
+            print(f"{name:<16}{label:<38}{loss_gap:>14.2e}{gradient_gap:>18.2e}")
         if name in ("infonce", "graded_infonce"):  # what the check would see without the gathers: not counted
             loss, gradients = _gradients(two, name, "local", 0, weights, data)
             gradient_gap = max(float(np.max(np.abs(a - b))) for a, b in zip(gradients, reference))
-            print(f"{name:<16}{'(local, 2 replicas: not counted)':<34}{abs(loss - reference_loss):>14.2e}"
+            print(f"{name:<16}{'(local, 2 replicas: not counted)':<38}{abs(loss - reference_loss):>14.2e}"
                   f"{gradient_gap:>18.2e}")
     return worst
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JAX: keras.distribution.DataParallel over 2 host devices, in a subprocess
+
+def jax_step(distribution, make_loss, weights, data, model_class=None) -> tuple:
+    """(logs, [gradient per variable]) of one Keras training step on JAX (`train_on_batch`), under `distribution`
+    (a keras.distribution, or None: one device) from `weights`, with the loss `make_loss()`.
+
+    The optimizer is SGD at learning rate 1: w' = w - g, so the gradient the step applied is w - w' (the model's
+    trainable variables, the losses' temperature and bias among them on JAX). The model and its loss are built
+    under the distribution, so that their variables are laid out (replicated) on its mesh, and Keras shards the
+    batch's rows over it."""
+    import keras
+    import numpy as np
+
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(distribution)
+    try:
+        model = _check_model(model_class)
+        model.set_weights(weights)
+        model.compile(keras.optimizers.SGD(1.0), losses={"main": make_loss()})
+        variables = model.optimizer_variables()
+        before = [np.array(variable.value) for variable in variables]
+        logs = model.train_on_batch(*data, return_dict=True)
+        gradients = [b - np.array(variable.value) for b, variable in zip(before, variables)]
+        return {key: float(value) for key, value in logs.items()}, gradients
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def jax_check(names=LOSSES) -> float:
+    """The JAX rows (module docstring), in a process started with 2 host devices; returns the largest difference."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import keras
+    import numpy as np
+
+    devices = jax.devices()
+    if keras.backend.backend() != "jax" or len(devices) < JAX_DEVICES:
+        raise SystemExit(f"the JAX check needs KERAS_BACKEND=jax and {JAX_DEVICES} devices (XLA_FLAGS="
+                         f"--xla_force_host_platform_device_count={JAX_DEVICES}); got {keras.backend.backend()} with "
+                         f"{len(devices)} device(s).")
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    keras.utils.set_random_seed(0)
+    weights = _check_model().get_weights()
+    data = _check_batch()
+    several = keras.distribution.DataParallel(devices=devices[:JAX_DEVICES])
+    worst = 0.0
+    for name in names:
+        reference, reference_gradients = jax_step(None, lambda: _loss(name, "local"), weights, data)
+        logs, gradients = jax_step(several, lambda: _loss(name, "global"), weights, data)
+        loss_gap = abs(logs["loss"] - reference["loss"])
+        gradient_gap = max(float(np.max(np.abs(a - b))) for a, b in zip(gradients, reference_gradients))
+        worst = max(worst, loss_gap, gradient_gap)
+        print(f"{name:<16}{JAX_ROW:<38}{loss_gap:>14.2e}{gradient_gap:>18.2e}", flush=True)
+        if name == "infonce":  # what the backend cannot give: not counted
+            try:
+                jax_step(several, lambda: _loss(name, "local"), weights, data)
+                outcome = "trained (expected a refusal)"
+                worst = float("inf")
+            except NotImplementedError:
+                outcome = "refused at compile"
+            print(f"{name:<16}{f'(local, {JAX_DEVICES} devices)':<38}{outcome:>32}", flush=True)
+    print(f"jax worst {worst!r}")
+    return worst
+
+
+def jax_rows(names) -> float:
+    """Runs `jax_check` in a subprocess with JAX_DEVICES host devices and relays its rows; 0 where JAX is not
+    installed (its rows say so), inf where the subprocess fails."""
+    if importlib.util.find_spec("jax") is None:
+        for name in names:
+            print(f"{name:<16}{JAX_ROW:<38}{'skipped: JAX not installed':>32}")
+        return 0.0
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={JAX_DEVICES}".strip()
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--jax_check_child", "--losses",
+                             ",".join(names)], env=env, capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].startswith("jax worst "):
+        print(result.stdout[-3000:] + result.stderr[-3000:])
+        print(f"{'(all)':<16}{JAX_ROW:<38}{'failed':>32}")
+        return float("inf")
+    for line in lines[:-1]:
+        print(line)
+    return float(lines[-1].split()[-1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -337,19 +446,39 @@ def main() -> int:
     parser.add_argument("--chunks", default="0,128", help="--memory: the settings (0: no gradient caching)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--losses", default=",".join(LOSSES), help="--check: the losses checked")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help="--check: tensorflow (2 replicas, MirroredStrategy) and/or jax (2 devices, DataParallel)")
+    parser.add_argument("--jax_check_child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    names = [name for name in args.losses.split(",") if name]
+    if args.jax_check_child:
+        jax_check(names)
+        return 0
     if args.memory_child:
         memory_child(args.batch, args.image_size, args.chunk, args.repeats)
         return 0
     if args.memory:
         memory(args.batch or 1024, args.image_size, [int(c) for c in args.chunks.split(",")], args.repeats)
         return 0
-    _devices(2)
     if args.check:
-        worst = check([name for name in args.losses.split(",") if name])
+        backends = [backend for backend in args.backends.split(",") if backend]
+        unknown = set(backends) - set(BACKENDS)
+        if unknown:
+            parser.error(f"--backends: {sorted(unknown)} not among {BACKENDS}")
+        _header()
+        worst = 0.0
+        if "tensorflow" in backends:
+            if importlib.util.find_spec("tensorflow") is None:
+                print(f"{'(all)':<16}{'2 replicas (TensorFlow)':<38}{'skipped: TensorFlow not installed':>32}")
+            else:
+                _devices(2)
+                worst = check(names)
+        if "jax" in backends:
+            worst = max(worst, jax_rows(names))
         print(f"largest difference {worst:.3e} (tolerance {TOLERANCE:g})")
         return 0 if worst <= TOLERANCE else 1
+    _devices(2)
     timings(args.batch or 256, args.image_size, args.repeats, args.chunk)
     return 0
 

@@ -75,6 +75,17 @@ class BatchCounter:
         return steps
 
 
+def sync_model_state(model) -> None:
+    """Bring the model's variables up to date before a callback reads or sets a loss's state between batches.
+
+    Keras' JAX trainer keeps the variables' values inside fit's stateless loop and writes them back at epoch end
+    (`jax_state_sync`); after a sync its next step reads the variables again, so what the callback assigns is what
+    the step sees. The other backends update the variables in place (nothing to do)."""
+    sync = getattr(model, "jax_state_sync", None)
+    if callable(sync):
+        sync()
+
+
 def positive_int(name: str, value) -> int:
     if isinstance(value, bool) or int(value) != value or int(value) < 1:
         raise ValueError(f"{name} must be a positive integer; got {value!r}.")
@@ -158,6 +169,7 @@ class EveryQBatchesCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.counter.batch_end(batch)
         if self.counter.since_update >= self.every_batches:
+            sync_model_state(self.model)
             self.update()
             self.counter.since_update = 0
 

@@ -61,7 +61,7 @@ from typing import Mapping
 import keras
 import numpy as np
 
-from kitm.callbacks.every_q_batches import to_numpy
+from kitm.callbacks.every_q_batches import sync_model_state, to_numpy
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path
 from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
@@ -490,6 +490,7 @@ class LossStateCheckpoint(keras.callbacks.Callback):
         self._last_batch = int(batch)
         if self._batches_since_save >= self.save_freq and self._finite(logs):
             self._batches_since_save = 0
+            sync_model_state(self.model)  # JAX: the values fit's stateless loop holds (every_q_batches)
             self.save(self._epoch, batch=int(batch) + 1)
 
     def on_epoch_end(self, epoch, logs=None):

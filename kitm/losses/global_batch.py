@@ -28,10 +28,15 @@ that of the mean over replicas). With global negatives the replicas' per-row val
 with the whole batch (`replica_share`).
 
 Backends. The replica-context gather is TensorFlow's (`tf.distribute`), and only TensorFlow needs one: on JAX and
-PyTorch one process's loss sees the whole (global) batch already, since `keras.distribution` runs the step (jit)
-over a global array, so there `global_batch()` returns None (nothing to gather) and a replica's share is the whole
-loss (one replica). TensorFlow is imported lazily, only on the TensorFlow backend (`_tensorflow`): the arithmetic of
-the blocks is keras.ops.
+PyTorch one process's loss sees the whole (global) batch already, so there `global_batch()` returns None (nothing to
+gather) and a replica's share is the whole loss (one replica). On JAX under `keras.distribution` (DataParallel over
+D devices, or a ModelParallel mesh's batch axis) the jit-compiled step takes the global batch as one array sharded
+along its rows; the loss is written over that array and XLA partitions it, so S = X Y^T [B, B] compares every row
+with every row of the global batch: the step is that of one device with the whole batch, for every loss, and
+`negatives="global"` needs no gather. What JAX cannot give without per-device code (shard_map) is the opposite,
+negatives="local" on several devices (each device's own b = B / D rows): `data_parallel_devices()` tells
+`kitm.models.DualEncoder.compile`, which refuses it. TensorFlow is imported lazily, only on the TensorFlow backend
+(`_tensorflow`): the arithmetic of the blocks is keras.ops.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from keras import ops
 from kitm.negatives import LOSS_NEGATIVES as NEGATIVES
 
 __all__ = ["NEGATIVES", "check_negatives", "GlobalBatch", "global_batch", "replica_share", "num_replicas_in_sync",
-           "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms"]
+           "data_parallel_devices", "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms"]
 
 
 def _tensorflow():
@@ -65,9 +70,25 @@ def check_negatives(negatives) -> str:
 
 def num_replicas_in_sync() -> int:
     """R, the replicas a reduced loss is shared by: the `tf.distribute` strategy's on TensorFlow; 1 elsewhere (JAX
-    and PyTorch compute the loss once, over the global batch; module docstring, "Backends")."""
+    and PyTorch compute the loss once, over the global batch, also under JAX's DataParallel over several devices, so
+    "sum" and "sum_over_batch_size" are the global batch's; module docstring, "Backends")."""
     tf = _tensorflow()
     return 1 if tf is None else int(tf.distribute.get_strategy().num_replicas_in_sync)
+
+
+def data_parallel_devices() -> int:
+    """D, the devices `keras.distribution` splits the batch's rows over on JAX: the size of the distribution's batch
+    axis (DataParallel: its devices), 1 without a distribution and on the other backends. The loss still runs once,
+    over the global batch (`num_replicas_in_sync` is 1; module docstring, "Backends")."""
+    if keras.backend.backend() != "jax":
+        return 1
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh, axis = distribution.device_mesh, distribution.batch_dim_name
+    if axis is None or axis not in mesh.axis_names:
+        return 1
+    return int(mesh.shape[list(mesh.axis_names).index(axis)])
 
 
 def replica_share(value, reduction: str | None, global_negatives: bool = False):

@@ -35,10 +35,12 @@ the batch (`optimizer_groups`, the semantic centres) cannot be replayed and are 
 docs/scale.md, "Gradient caching".
 
 Backends: on TensorFlow the training step is the one above (`train_step`, `compute_gradients`). On JAX and
-PyTorch Keras' own trainer takes the step over `compute_loss` (keras.ops), and the variables that losses hand to the
-model's optimizer are part of the model's `trainable_variables` there (not of its saved weights), so that JAX's
-stateless step updates them. Gradient caching, losses with optimizers of their own (`optimizer_groups`) and global
-negatives (a `tf.distribute` gather) are TensorFlow's only: `compile` refuses them on the other backends.
+PyTorch Keras' own trainer takes the step over `compute_loss` (keras.ops); the variables losses hand to the model's
+optimizer join `trainable_variables` there (not its saved weights), the losses' own state joins
+`non_trainable_variables` on JAX, and what only the TensorFlow step does is refused at `compile`
+(kitm.models.backend_steps). Global negatives run on TensorFlow (the `tf.distribute` gather) and on JAX, where
+`keras.distribution.DataParallel` hands the compiled step the global batch as one sharded array, over which
+`compute_loss` runs once: the step of one device with the whole batch (`kitm.losses.global_batch`; docs/scale.md).
 
 `compile(monitors=[...])` adds batch statistics that are not losses (e.g.
 `kitm.metrics.RelevanceStatistics`): Keras metrics updated with `update_state(y_true, y_pred)`
@@ -55,6 +57,8 @@ from keras import layers, ops
 
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
 from kitm.losses.global_batch import replica_share
+from kitm.models.grad_cache import cached_gradients
+from kitm.models.backend_steps import loss_state, loss_step_counter, refuse_tensorflow_only, with_loss_step_callback
 from kitm.models.reducible_logs import keras_reducible_logs
 
 
@@ -74,7 +78,8 @@ def _l2_normalize(x):
 
 
 def _replicas() -> int:
-    """Replicas in sync: the tf.distribute strategy's on TensorFlow; 1 on the other backends (no distribution)."""
+    """Replicas in sync: the tf.distribute strategy's on TensorFlow; 1 on the other backends (the loss runs once over
+    the global batch, also under JAX's keras.distribution: module docstring, "Backends")."""
     if not _on_tensorflow():
         return 1
     import tensorflow as tf
@@ -96,18 +101,6 @@ def _reduce(values, reduction):
 def _share(value, reduction, global_negatives=False):
     """`replica_share` (the division by R for the optimizer's sum over replicas); on one replica the value."""
     return replica_share(value, reduction, global_negatives) if _replicas() > 1 else value
-
-
-def _add_gradients(a, b):
-    """a + b for gradients that may be None or IndexedSlices (an embedding table's rows stay sparse)."""
-    import tensorflow as tf
-
-    if a is None or b is None:
-        return b if a is None else a
-    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.concat([a.values, b.values], axis=0), tf.concat([a.indices, b.indices], axis=0),
-                                a.dense_shape)
-    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
 
 
 @keras.saving.register_keras_serializable(package="kitm")
@@ -187,11 +180,16 @@ class DualEncoder(keras.Model):
                         "of its own from each batch (optimizer_groups), which gradient caching cannot replay between "
                         "its two passes; use grad_cache_chunk=0 with it.")
         if not _on_tensorflow():
-            self._refuse_tensorflow_only(losses, grad_cache_chunk)
+            refuse_tensorflow_only(losses, grad_cache_chunk)
         super().compile(optimizer=optimizer, **kwargs)
         self.grad_cache_chunk = int(grad_cache_chunk)
-        for loss in losses.values():  # the hardest-negative warm-up counts this optimizer's steps
-            loss.bind_training_step(self.optimizer.iterations)
+        # The hardest-negative warm-up counts the optimizer's steps; on JAX a counter of the model's, carried with
+        # the losses' state through the stateless step (kitm.models.backend_steps).
+        counter = loss_step_counter(losses, self.optimizer)
+        object.__setattr__(self, "_loss_step_counter", counter)
+        for loss in losses.values():
+            loss.bind_training_step(self.optimizer.iterations if counter is None else counter)
+        object.__setattr__(self, "_loss_state", loss_state(losses, counter))
         self.loss_functions = losses
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
@@ -210,26 +208,6 @@ class DualEncoder(keras.Model):
         object.__setattr__(self, "_loss_variables", [] if _on_tensorflow() else
                            self.loss_variables_for_model_optimizer())
 
-    @staticmethod
-    def _refuse_tensorflow_only(losses, grad_cache_chunk) -> None:
-        """compile on JAX / PyTorch: the training features whose step is TensorFlow's only (module docstring)."""
-        backend = keras.backend.backend()
-        if grad_cache_chunk:
-            raise NotImplementedError(
-                f"grad_cache_chunk={grad_cache_chunk}: gradient caching is implemented on the TensorFlow backend only, "
-                f"not on the {backend} backend; use grad_cache_chunk=0 or KERAS_BACKEND=tensorflow.")
-        for name, loss in losses.items():
-            if getattr(loss, "optimizer_groups", None) is not None:
-                raise NotImplementedError(
-                    f"The loss {name!r} ({type(loss).__name__}) trains variables of its own with optimizers of its "
-                    f"own (optimizer_groups), which DualEncoder supports on the TensorFlow backend only, not on the "
-                    f"{backend} backend; train it with KERAS_BACKEND=tensorflow.")
-            if getattr(loss, "global_negatives", False):
-                raise NotImplementedError(
-                    f"The loss {name!r} ({type(loss).__name__}) has negatives='global', which gathers the replicas' "
-                    f"embeddings with tf.distribute: supported on the TensorFlow backend only, not on the {backend} "
-                    f"backend; use negatives='local'.")
-
     @property
     def trainable_weights(self):
         weights = super().trainable_weights
@@ -242,6 +220,23 @@ class DualEncoder(keras.Model):
     @property
     def trainable_variables(self):
         return self.trainable_weights
+
+    @property
+    def non_trainable_variables(self):
+        """Keras' list, plus on JAX the state the compiled losses carry through a step (`compile`)."""
+        variables = super().non_trainable_variables
+        extra = getattr(self, "_loss_state", None)
+        if not extra:
+            return variables
+        seen = {id(v) for v in variables}
+        return variables + [v for v in extra if id(v) not in seen]
+
+    def fit(self, *args, **kwargs):
+        """Keras' fit; on JAX with a hardest-negative warm-up, the losses' step count starts from the optimizer's
+        (kitm.models.backend_steps), after the callbacks' `on_train_begin` (a BackupAndRestore restores it there)."""
+        if getattr(self, "_loss_step_counter", None) is not None:
+            args, kwargs = with_loss_step_callback(args, kwargs)
+        return super().fit(*args, **kwargs)
 
     def loss_variables_for_model_optimizer(self) -> list:
         """The trainable variables of the compiled losses that set `uses_model_optimizer` (module docstring)."""
@@ -293,6 +288,9 @@ class DualEncoder(keras.Model):
         if self.losses:  # layer regularisers, divided by R like Keras' own losses
             regularisers = ops.sum(ops.stack([ops.cast(l, total.dtype) for l in self.losses]))
             total = total + (scale_for_replicas(regularisers, "sum") if replicas > 1 else regularisers)
+        counter = getattr(self, "_loss_step_counter", None)
+        if counter is not None and training:  # JAX: the losses' count of training steps (`compile`)
+            counter.assign_add(ops.ones((), counter.dtype))
         return total
 
     def train_step(self, *args):
@@ -303,6 +301,9 @@ class DualEncoder(keras.Model):
         Keras freezing, compile again afterwards. On JAX and PyTorch, Keras' own step (module docstring, "Backends").
         """
         if not _on_tensorflow():
+            if keras.backend.backend() == "jax":
+                # Traced once per compiled step: a keras.distribution set after compile is checked here too.
+                refuse_tensorflow_only(self.loss_functions, self.grad_cache_chunk)
             if keras.backend.backend() == "torch":
                 # The losses' variables are no torch module parameters: Keras' step clears the gradients of those
                 # (`Module.zero_grad`) only, so theirs would add up from step to step.
@@ -329,7 +330,7 @@ class DualEncoder(keras.Model):
         import tensorflow as tf
 
         if self.grad_cache_chunk:
-            return self._cached_gradients(x, y, sample_weight)
+            return cached_gradients(self, x, y, sample_weight)
         # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
         # the scaled loss and unscales them (the LossScaleOptimizer also skips steps whose gradients overflowed).
         # A loss's own parameters are float32 and reached through float32 ops only, so they take the unscaled
@@ -376,69 +377,6 @@ class DualEncoder(keras.Model):
             owned = getattr(loss, "optimizer_groups", None)
             groups += [(optimizer, list(variables)) for optimizer, variables in (owned() if owned else [])]
         return [(optimizer, variables) for optimizer, variables in groups if variables]
-
-    def _cached_gradients(self, x, y, sample_weight):
-        """Gradient caching (module docstring): two passes over chunks of `grad_cache_chunk` rows around one loss
-        over the whole batch."""
-        import tensorflow as tf
-
-        chunk = self.grad_cache_chunk
-        rows = tf.nest.flatten(x)[0].shape[0]
-        if rows is None:
-            raise ValueError(f"grad_cache_chunk={chunk} needs a static per-replica batch size (batch with "
-                             "drop_remainder=True).")
-        if rows % chunk:
-            raise ValueError(f"grad_cache_chunk={chunk} must divide the per-replica batch of {rows} rows (the global "
-                             "batch divided by the replicas).")
-        pieces = rows // chunk
-
-        def piece(index, after):
-            # The control dependency chains the chunks: one chunk's activations at a time.
-            with tf.control_dependencies(after):
-                return tf.nest.map_structure(lambda t: tf.identity(t[index * chunk:(index + 1) * chunk]), x)
-
-        # Layer state a forward pass changes (random seeds, batch-norm statistics), put back before the second pass.
-        state = self._forward_state()
-        saved = [tf.identity(variable) for variable in state]
-        # Pass 1: the embeddings without activations.
-        embedded, after = [], list(saved)
-        for index in range(pieces):
-            out = self(piece(index, after), training=True)
-            out = {key: tf.stop_gradient(value) for key, value in out.items()}
-            embedded.append(out)
-            after = [out["image"], out["text"]]
-        y_pred = {key: tf.concat([out[key] for out in embedded], axis=0) for key in ("image", "text")}
-        with tf.control_dependencies(after):
-            for variable, value in zip(state, saved):
-                variable.assign(value)
-        # The loss over the whole batch and its gradient with respect to the embeddings (and the losses' variables,
-        # and the model's weights through layer regularisers).
-        loss_variables = self.loss_variables_for_model_optimizer()
-        weights = list(self.trainable_variables)
-        with tf.GradientTape() as tape:
-            tape.watch(y_pred["image"])
-            tape.watch(y_pred["text"])
-            total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
-            scaled = self.optimizer.scale_loss(total) if self._loss_scaling() else total
-        grads = tape.gradient(scaled, [y_pred["image"], y_pred["text"]] + loss_variables + weights)
-        image_grad, text_grad = grads[0], grads[1]
-        loss_grads = grads[2:2 + len(loss_variables)]
-        accumulated = grads[2 + len(loss_variables):]
-        # Pass 2: each chunk again, with a tape, chained to the embeddings' gradient.
-        after = [tf.convert_to_tensor(g.values) if isinstance(g, tf.IndexedSlices) else g
-                 for g in accumulated if g is not None] + [image_grad, text_grad]
-        for index in range(pieces):
-            with tf.GradientTape() as tape:
-                out = self(piece(index, after), training=True)
-                rows_of = slice(index * chunk, (index + 1) * chunk)
-                surrogate = (tf.reduce_sum(out["image"] * image_grad[rows_of])
-                             + tf.reduce_sum(out["text"] * text_grad[rows_of]))
-            chunk_grads = tape.gradient(surrogate, weights)
-            accumulated = [_add_gradients(a, g) for a, g in zip(accumulated, chunk_grads)]
-            after = [tf.convert_to_tensor(g.values) if isinstance(g, tf.IndexedSlices) else g
-                     for g in accumulated if g is not None]
-        gradients = list(accumulated) + list(loss_grads)
-        return [(self.optimizer, weights + loss_variables)], [gradients], total, y_pred
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         """Keras' pre-`fit` symbolic build, skipped when there is nothing left to build.

@@ -55,3 +55,18 @@ def test_fit_with_kitm_triplet_loss_equals_tensorflow(backend_results, backend):
     results = backend_results("layers_dual_encoder_triplet.py", backend)
     _trains(results)
     _compare(results, reference)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fit_with_loss_state_equals_tensorflow(backend_results, backend):
+    """The hardest-negative warm-up's step count and the re-clustered ladder's sample and thresholds advance inside
+    the step on JAX as on TensorFlow (tests/backend_cases/layers_dual_encoder_state.py)."""
+    reference = backend_results("layers_dual_encoder_state.py", "tensorflow")
+    # The case exercises what it claims: the warm-up changes the first steps, the ladder re-clusters 3 times
+    # from all 2 x 56 negatives' values offered since the previous update.
+    assert not np.allclose(reference["warmup/loss"][:3], reference["hardest/loss"][:3])
+    np.testing.assert_array_equal(reference["ladder/sampled"], [112, 112, 112])
+    assert np.all(np.isfinite(reference["ladder/thresholds"]))
+    results = backend_results("layers_dual_encoder_state.py", backend)
+    for name in reference:
+        np.testing.assert_allclose(results[name], reference[name], rtol=1e-5, atol=2e-6, err_msg=name)
