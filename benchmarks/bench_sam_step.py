@@ -199,8 +199,11 @@ def main() -> None:
     parser.add_argument("--num_scenes", type=int, default=3000)
     parser.add_argument("--sam_mirror", default=DEFAULT_MIRROR, help="bare git dir of the SAM reference (fetched)")
     parser.add_argument("--jit_compile", default="auto", choices=["auto", "true", "false"])
-    parser.add_argument("--recurrence", default="masked", choices=["masked", "packed"],
-                        help="kitm's GRU: masked (Keras' GRU) or packed (skips finished rows, kitm.layers.packed_gru)")
+    parser.add_argument("--recurrence", default="auto", choices=["auto", "masked", "packed"],
+                        help="kitm's GRU: auto (kitm's default: packed, masked under XLA), masked (Keras' GRU) or "
+                             "packed (skips finished rows, kitm.layers.packed_gru)")
+    parser.add_argument("--fused_update", default="true", choices=["true", "false"],
+                        help="Adam's update: TensorFlow's fused kernel (kitm's default) or Keras' (false)")
     parser.add_argument("--torch_threads", type=int, default=1, help="the peer's threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and data, 2 pairs: the smoke test")
     args = parser.parse_args()
@@ -282,8 +285,9 @@ def main() -> None:
 
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     loss = SAMLoss(3.0, sampling="random", pairing="reference", sam_weight=5.0, margin=0.2, max_violation=True, seed=0)
-    model = side.kitm_vsepp_model(shapes, {"sam": loss}, jit_compile=jit, recurrence=args.recurrence)
-    print(f"kitm's GRU: {args.recurrence}", flush=True)
+    model = side.kitm_vsepp_model(shapes, {"sam": loss}, jit_compile=jit, recurrence=args.recurrence,
+                                  fused_update=args.fused_update == "true")
+    print(f"kitm's GRU: {args.recurrence}; fused Adam update: {args.fused_update}", flush=True)
     kitm_inputs = [side.kitm_inputs(b, {"relevance": tf.constant(b["relevance"])}) for b in batches]
     for (x, y), b in zip(kitm_inputs, batches):
         y["image_index"] = tf.constant(b["image_index"].astype(np.int32))

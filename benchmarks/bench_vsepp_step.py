@@ -7,7 +7,8 @@ norm is the reference's image encoder), `GRUTextEncoder(bidirectional=False)`, `
 Adam with `global_clipnorm=2.0`, trained with `train_on_batch` on tensors. Same shapes: batch 128, 2048-d features
 -> 1024, word dim 300, GRU 1024, 10,000 words, COCO-like caption lengths (about 12.5 tokens with <start>/<end>).
 
-Rows: kitm as Keras compiles it on a CPU (jit_compile "auto" = off there), kitm with XLA (jit_compile=True; the GRU
+Rows: kitm with its defaults (`keras_default`: Keras' jit_compile "auto", off on a CPU; the packed GRU; Adam's update as
+TensorFlow's fused kernel), `masked` (the masked GRU and Keras' Adam update, the defaults before 2026-11-27), kitm with XLA (jit_compile=True; the GRU
 then runs over the whole padded width, XLA needing static shapes), and kitm fed its pipeline's fixed caption width
 (max_caption_length 32), which the GRU text encoder trims to each batch's longest caption (`trim_padding`; the
 reference packs each caption to its own length). Each row prints every pair (kitm, peer), the median ratio and its
@@ -30,13 +31,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed pairs per row")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed block")
-    parser.add_argument("--rows", default="keras_default,packed,xla,width32", help="which kitm variants to compare")
+    parser.add_argument("--rows", default="keras_default,masked,xla,width32", help="which kitm variants to compare")
     parser.add_argument("--torch_threads", type=int, default=1, help="the peer's threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 pairs: the smoke test")
     args = parser.parse_args()
     shapes = side.QUICK if args.quick else side.FULL
     repeats, steps = (2, 1) if args.quick else (args.repeats, args.steps)
-    rows = "keras_default,packed" if args.quick else args.rows  # quick: two rows, the smoke test's budget
+    rows = "keras_default,masked" if args.quick else args.rows  # quick: two rows, the smoke test's budget
 
     import tensorflow as tf
     import torch
@@ -56,7 +57,10 @@ def main() -> None:
         peer.train_emb(b["images"], b["captions"], b["lengths"])
 
     results = []
+    # keras_default: what the launcher builds by default (Keras' jit "auto", the packed GRU, the fused Adam update);
+    # masked: the masked GRU and Keras' Adam update, the defaults before 2026-11-27.
     variants = {"keras_default": dict(jit_compile="auto", pad_to=None),
+                "masked": dict(jit_compile="auto", pad_to=None, recurrence="masked", fused_update=False),
                 "packed": dict(jit_compile="auto", pad_to=None, recurrence="packed"),
                 "xla": dict(jit_compile=True, pad_to=None),
                 "width32": dict(jit_compile="auto", pad_to=32),
@@ -71,7 +75,8 @@ def main() -> None:
             peer_inputs = itertools.cycle([side.torch_batch(b) for b in batches])
         model = side.kitm_vsepp_model(shapes, {"triplet": TripletLoss(0.2, max_violation=True)},
                                       jit_compile=variant["jit_compile"],
-                                      recurrence=variant.get("recurrence", "masked"))
+                                      recurrence=variant.get("recurrence", "auto"),
+                                      fused_update=variant.get("fused_update", True))
         inputs = itertools.cycle([side.kitm_inputs(b) for b in kitm_batches])
 
         def kitm_step():
