@@ -29,13 +29,16 @@ class RelevanceStatistics(keras.metrics.Metric):
     """Pooled statistics of the batch relevance matrix over an epoch (module docstring).
 
     `update_state(y_true, y_pred)` takes the pipeline's `y` dict; without a "relevance" entry it does nothing.
-    Accumulates in float64 (an epoch of COCO has ~10^9 negative pairs); under a distribution strategy the
-    replicas' sums add up.
+    Accumulates in float64 (an epoch of COCO has ~10^9 negative pairs), except on JAX without 64-bit types
+    (`jax_enable_x64` off, JAX's default), where it has float32 only (each batch's sums are added as they come, so
+    the mean keeps about 6 digits; the standard deviation fewer when it is small beside the mean); under a
+    distribution strategy the replicas' sums add up.
     """
 
     def __init__(self, name: str = "relevance", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.sums = {key: self.add_variable(shape=(), initializer="zeros", dtype="float64", name=key)
+        self.accumulator_dtype = _accumulator_dtype()
+        self.sums = {key: self.add_variable(shape=(), initializer="zeros", dtype=self.accumulator_dtype, name=key)
                      for key in ("negative_count", "negative_sum", "negative_squares", "positive_count",
                                  "positive_sum")}
 
@@ -43,16 +46,17 @@ class RelevanceStatistics(keras.metrics.Metric):
         relevance = y_true.get("relevance") if isinstance(y_true, Mapping) else None
         if relevance is None:
             return
-        relevance = ops.cast(relevance, "float64")
+        relevance = ops.cast(relevance, self.accumulator_dtype)
         replica_rows = _replica_rows_of_global_batch(relevance, y_true.get("image_index"))
         if replica_rows is not None:
             mask, diagonal = replica_rows
         else:
-            mask = ops.cast(negative_mask(relevance, y_true.get("image_index")), "float64")
+            mask = ops.cast(negative_mask(relevance, y_true.get("image_index")), self.accumulator_dtype)
             diagonal = ops.diagonal(relevance)
         updates = {"negative_count": ops.sum(mask), "negative_sum": ops.sum(relevance * mask),
                    "negative_squares": ops.sum(ops.square(relevance) * mask),
-                   "positive_count": ops.cast(ops.size(diagonal), "float64"), "positive_sum": ops.sum(diagonal)}
+                   "positive_count": ops.cast(ops.size(diagonal), self.accumulator_dtype),
+                   "positive_sum": ops.sum(diagonal)}
         for key, value in updates.items():
             self.sums[key].assign_add(value)
 
@@ -64,6 +68,16 @@ class RelevanceStatistics(keras.metrics.Metric):
         return {f"{self.name}/negative_mean": ops.cast(mean, "float32"),
                 f"{self.name}/negative_std": ops.cast(ops.sqrt(variance), "float32"),
                 f"{self.name}/positive_mean": ops.cast(positive, "float32")}
+
+
+def _accumulator_dtype() -> str:
+    """float64, or float32 on JAX without 64-bit types (which would truncate float64 to it, warning every step)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        if not jax.config.jax_enable_x64:
+            return "float32"
+    return "float64"
 
 
 def _replica_rows_of_global_batch(relevance, image_index):

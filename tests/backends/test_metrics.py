@@ -64,3 +64,28 @@ def test_tensorflow_matches_numpy(backend_results):
     np.testing.assert_allclose(results["sums/negative_count"], len(negatives))
     np.testing.assert_allclose(results["sums/negative_sum"], negatives.sum(), rtol=1e-12)
     assert results["reset/relevance/negative_mean"] == 0.0
+
+
+def test_relevance_statistics_on_jax_without_64_bit_types_accumulate_in_float32_without_warnings():
+    """JAX's default has no float64: the sums are float32 there (no truncation warning at every step) and the
+    figures still match numpy (hand-made 3 x 3 relevance: negatives 0.1..0.6, positives 0.9..1.0)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "import numpy as np\n"
+            "from kitm.metrics import RelevanceStatistics\n"
+            "m = RelevanceStatistics()\n"
+            "r = np.array([[0.9, 0.1, 0.2], [0.3, 1.0, 0.4], [0.5, 0.6, 0.95]], 'float32')\n"
+            "m.update_state({'relevance': r, 'image_index': np.arange(3)})\n"
+            "print(m.accumulator_dtype, *[float(v) for v in m.result().values()])\n")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    dtype, negative_mean, negative_std, positive_mean = done.stdout.split()
+    negatives = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert dtype == "float32"
+    np.testing.assert_allclose([float(negative_mean), float(negative_std), float(positive_mean)],
+                               [negatives.mean(), negatives.std(), np.mean([0.9, 1.0, 0.95])], rtol=1e-5)
