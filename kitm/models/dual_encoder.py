@@ -58,7 +58,8 @@ from keras import layers, ops
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
 from kitm.losses.global_batch import replica_share
 from kitm.models.grad_cache import cached_gradients
-from kitm.models.backend_steps import loss_state, loss_step_counter, refuse_tensorflow_only, with_loss_step_callback
+from kitm.models.backend_steps import (jax_train_step, loss_optimizer_groups, loss_state, loss_step_counter,
+                                       refuse_tensorflow_only, with_loss_step_callback)
 from kitm.models.reducible_logs import keras_reducible_logs
 
 
@@ -189,7 +190,9 @@ class DualEncoder(keras.Model):
         object.__setattr__(self, "_loss_step_counter", counter)
         for loss in losses.values():
             loss.bind_training_step(self.optimizer.iterations if counter is None else counter)
-        object.__setattr__(self, "_loss_state", loss_state(losses, counter))
+        groups = loss_optimizer_groups(losses)  # JAX: the losses' own optimizers, applied in jax_train_step
+        object.__setattr__(self, "_loss_optimizer_groups", groups)
+        object.__setattr__(self, "_loss_state", loss_state(losses, counter, groups))
         self.loss_functions = losses
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
@@ -304,6 +307,8 @@ class DualEncoder(keras.Model):
             if keras.backend.backend() == "jax":
                 # Traced once per compiled step: a keras.distribution set after compile is checked here too.
                 refuse_tensorflow_only(self.loss_functions, self.grad_cache_chunk)
+                if getattr(self, "_loss_optimizer_groups", None):
+                    return jax_train_step(self, *args)
             if keras.backend.backend() == "torch":
                 # The losses' variables are no torch module parameters: Keras' step clears the gradients of those
                 # (`Module.zero_grad`) only, so theirs would add up from step to step.

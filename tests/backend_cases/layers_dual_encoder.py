@@ -1,7 +1,8 @@
 """A backend case: `DualEncoder.fit` for a few steps from fixed weights, with a loss written in keras.ops inside this
 file (an InfoNCE with a learnable logit scale that the model's optimizer trains, as CLIP's): the loss history, the
 final embeddings and the final scale must be the same on TensorFlow (kitm's own training step), JAX and PyTorch
-(Keras' trainer over `compute_loss`). Also: on JAX and PyTorch, `compile` refuses gradient caching (flags), as losses with optimizers of their own.
+(Keras' trainer over `compute_loss`). Also: on JAX and PyTorch, `compile` refuses gradient caching, and on PyTorch
+losses with optimizers of their own (flags: 1 refused naming the backend, 0 accepted).
 
 `LOSS` names the loss; tests/backend_cases/layers_dual_encoder_triplet.py runs the same with kitm's TripletLoss.
 """
