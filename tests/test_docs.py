@@ -149,3 +149,13 @@ def test_the_site_lists_every_page_that_exists():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     missing = [path.name for path in DOCS.glob("*.md") if f": {path.name}" not in nav]
     assert not missing, f"add these pages to mkdocs.yml's nav: {missing}"
+
+
+def test_the_newcomers_notes_stay_where_they_look():
+    """Issue 32's newcomer rows that code cannot fix: the README says where to run kitm from (a clone named kitm
+    shadows the package from its parent folder, where kitm's code never runs to say so), and the demo's figures
+    are not put down to a CPU feature (two AVX-512 machines gave different figures)."""
+    readme = README.read_text(encoding="utf-8")
+    assert "No module named kitm.launch.__main__" in readme and "from the parent of a clone named" in readme
+    for page in (readme, (DOCS / "demo.md").read_text(encoding="utf-8")):
+        assert "without AVX-512" not in page.replace("wrongly put down to a CPU without AVX-512", "")

@@ -385,6 +385,7 @@ def _test(run: _RunParts, model, history) -> tuple[str | None, dict | None]:
     written beside summary.json; (None, None) without either split."""
     from kitm.data.pipeline import evaluation_dataset
     from kitm.eval import format_report
+    from kitm.eval.small_sets import small_set_warnings
     from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, recall_cutoffs,
                                   rsum, write_per_query)
     from kitm.models.inference import embed_dataset, similarity_matrix
@@ -407,6 +408,10 @@ def _test(run: _RunParts, model, history) -> tuple[str | None, dict | None]:
         positive_threshold=None if relevance is None else TRUTH_POSITIVE_THRESHOLD)
     test_figures = flat_figures(full_report)
     print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
+    # What a split this small cannot measure, as `python -m kitm.eval` says it (a 2-image split printed NCS 0.00).
+    for warning in small_set_warnings(len(images), len(texts), info.captions_per_image,
+                                      recall_cutoffs(info.num_images(test_split)), with_relevance=relevance is not None):
+        print(f"kitm: warning: {warning}", file=sys.stderr, flush=True)
     write_final_figures(run.run_dir / "logs", {**test_figures, "rsum": rsum(full_report["all"])},
                         step=len(history.history.get("loss", [])))
     # Beside summary.json, before it: the per-query values of the test figures (kitm.eval.report.write_per_query).

@@ -58,3 +58,33 @@ def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_f
     np.testing.assert_allclose(scores.numpy(), image @ text.T, atol=1e-5)
     empty = served.signatures["encode_text"](captions=tf.constant([], tf.string))["embeddings"]
     assert empty.shape == (0, 32)
+
+
+@pytest.mark.slow
+def test_the_semantic_centres_procedure_runs_its_three_phases_on_jax(tmp_path, subprocess_env, repo_root):
+    """launch/centers.flags on JAX: the three phases (unquantized centres, the quantizer alone from k-means, end to
+    end with adaptive margins), the losses' own optimizers and state, each phase's state saved."""
+    import subprocess
+    import sys
+
+    from kitm.data.synthetic_records import build_synthetic
+
+    world = tmp_path / "synthetic"
+    build_synthetic(world, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False, relevance=("cider",))
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", f"--flagfile={repo_root / 'launch' / 'centers.flags'}",
+                           "--dataset=synthetic", "--image_size=32", "--embedding_dim=32", "--word_dim=16",
+                           "--text_units=16", "--batch_size=16", "--eval_every_epochs=0", "--export=false",
+                           "--progress=false", "--captions_per_step=sample", f"--data_dir={world}",
+                           f"--run_dir={run_dir}", "--center_phase_epochs=1,2,1", "--num_quantized_centers=8",
+                           "--margin_update_every=1"],
+                          env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    phases = json.loads((run_dir / "summary.json").read_text())["center_phases"]
+    assert [phase["finished"] for phase in phases["phases"]] == [True, True, True]
+    assert phases["quantizer_init"]["method"] == "kmeans" and phases["quantizer_init"]["clusters"] == 8
+    first, second, third = (phase["final_metrics"] for phase in phases["phases"])
+    assert np.isfinite(first["centers/image"]) and np.isfinite(second["quantized/image"])
+    assert "triplet/margin_x" in third and np.isfinite(third["loss"])
+    assert list((run_dir / "loss_state").glob("state-*"))
