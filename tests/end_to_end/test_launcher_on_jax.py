@@ -88,3 +88,43 @@ def test_the_semantic_centres_procedure_runs_its_three_phases_on_jax(tmp_path, s
     assert np.isfinite(first["centers/image"]) and np.isfinite(second["quantized/image"])
     assert "triplet/margin_x" in third and np.isfinite(third["loss"])
     assert list((run_dir / "loss_state").glob("state-*"))
+
+
+@pytest.mark.slow
+def test_a_run_killed_on_jax_resumes_with_the_planned_steps(tiny_synthetic, tiny_flags, subprocess_env, repo_root,
+                                                           tmp_path):
+    """SIGKILL after the first mid-epoch backup, then the same command: the run resumes there and ends with the
+    planned 18 steps (tests/end_to_end/test_resume.py on TensorFlow), the hardest-negative warm-up's count included
+    (--hardest_warmup_epochs: the losses' step count on JAX is set from the restored optimizer's)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}",
+               "--epochs=3", "--eval_every_epochs=0", "--backup_every_steps=5", "--export=false",
+               "--max_violation=true", "--hardest_warmup_epochs=1"]
+    env = subprocess_env(KERAS_BACKEND="jax")
+    metadata = run_dir / "backup" / "training_metadata.json"
+    process = subprocess.Popen(command, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    try:
+        deadline = time.time() + 600
+        while not metadata.exists() and process.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert metadata.exists(), "no backup appeared: " + (process.stdout.read() if process.poll() is not None else "")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    killed_at = json.loads(metadata.read_text())["step"]
+    assert killed_at in (5, 10, 15)
+    result = subprocess.run(command, cwd=repo_root, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
+    assert f"Resumed from the backup at step {killed_at} of 18." in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from_step"] == killed_at and summary["optimizer_steps"] == 18
+    assert np.isfinite(summary["history"]["loss"]).all()
