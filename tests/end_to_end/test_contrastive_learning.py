@@ -1,6 +1,6 @@
 """A quick learning check of the contrastive objectives (kitm issue 13, item 2): the demo-sized model trained for a
 few epochs on the tiny synthetic world with InfoNCE or graded InfoNCE retrieves above twice chance, and the learnable
-temperature reaches the run's history (and so TensorBoard's epoch logs). About 40 s per objective on 2 cores.
+temperature reaches the run's history (and so TensorBoard's epoch logs). About 60 s per objective on 2 cores.
 
 Each run goes through the launcher in a fresh interpreter: one seed's figures on 12 test images are judged, and in
 the suite's long-lived workers a run made after other tests once trained to a different model (i2t mean rank 18.1
@@ -11,10 +11,12 @@ import json
 
 import pytest
 
-# launch/demo.flags' model at the tiny world's 32x32; batch 8 for enough steps (4 x 60) on 96 training images.
+# launch/demo.flags' model at the tiny world's 32x32; batch 8 for enough steps (6 x 60) on 96 training images. After 4
+# epochs graded InfoNCE's image-query mean rank ranged 6.9-13.5 over seeds and the default paths (packed or masked
+# GRU, fused or Keras' Adam update, equal to float rounding but not bit for bit): one 12-image draw was too early.
 DEMO_MODEL = ("--image_size=32", "--embedding_dim=256", "--word_dim=64", "--text_units=128", "--flip=false",
               "--eval_crop_fraction=1.0", "--captions_per_step=all", "--learning_rate=2e-3", "--grad_clip_norm=2.0",
-              "--epochs=4", "--batch_size=8")
+              "--epochs=6", "--batch_size=8")
 
 
 @pytest.mark.slow
@@ -27,12 +29,13 @@ def test_a_contrastive_objective_learns_and_logs_its_temperature(loss, settings,
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     scale = summary["history"][f"{loss}/logit_scale"]  # exp(t), the epoch means
-    assert len(scale) == 4 and all(1.0 < value <= 100.0 for value in scale), scale
+    assert len(scale) == 6 and all(1.0 < value <= 100.0 for value in scale), scale
     assert scale[-1] != pytest.approx(1 / 0.07, rel=1e-3)  # it trained
-    # 12 test images with 5 captions each, after 4 epochs on 96 images: R@1 on 12 images moves by a query or two
+    # 12 test images with 5 captions each, after 6 epochs on 96 images: R@1 on 12 images moves by a query or two
     # between runs of the same settings (8-25 here), so learning is judged on the loss and the mean ranks. At chance the
     # mean rank of a caption query's image is (12 + 1) / 2 = 6.5, that of an image query's first caption among 60
-    # with 5 right ones (60 + 1) / (5 + 1) = 10.17; runs here gave 4.6-4.8 and 6.1-7.3 for InfoNCE.
+    # with 5 right ones (60 + 1) / (5 + 1) = 10.17; runs here gave 4.6-4.8 and 6.1-7.3 for InfoNCE (4 epochs); at 6 epochs, seed 0, InfoNCE 5.0 and 4.3, graded
+    # InfoNCE 4.7 and 7.4.
     losses, test = summary["history"]["loss"], summary["test"]
     shown = {key: round(test[key], 1) for key in ("i2t_R@1", "t2i_R@1", "i2t_meanr", "t2i_meanr")}
     assert losses[-1] < 0.9 * losses[0], losses
