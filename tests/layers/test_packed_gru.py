@@ -102,5 +102,5 @@ def test_encoder_packed_inside_a_tf_function_and_its_config():
     assert traced(_tokens()).shape == (9, 12)
     assert not encoder.supports_jit
     assert GRUTextEncoder.from_config(encoder.get_config()).recurrence == "packed"
-    with pytest.raises(ValueError, match="recurrence must be 'masked' or 'packed'"):
+    with pytest.raises(ValueError, match="recurrence must be 'auto', 'masked' or 'packed'"):
         GRUTextEncoder(50, recurrence="ragged")
