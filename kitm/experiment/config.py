@@ -141,7 +141,8 @@ class ModelConfig(_Section):
     text_recurrence: Literal["auto", "masked", "packed"] = setting("auto", help=(
         "GRU text tower: masked (Keras' GRU over every caption to the batch's longest) or packed (each caption only to "
         "its own end, as PyTorch's packed sequences; equal to float rounding, faster on a CPU; not with "
-        "--jit_compile=true); auto: packed, masked with --jit_compile=true. docs/performance.md."))
+        "--jit_compile=true); auto: packed on TensorFlow, masked with --jit_compile=true and on the other backends. "
+        "docs/performance.md."))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,3 +80,20 @@ def test_hub_towers_equal_tensorflow(backend_results, backend):
     assert set(results) == set(reference)
     for name in reference:
         np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_the_gru_recurrence_defaults_to_keras_gru_on_jax():
+    """`recurrence="auto"` is Keras' masked GRU on JAX (faster there than kitm's masked scan of "packed";
+    docs/performance.md), whatever the trimming."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    code = ("from kitm.layers import GRUTextEncoder\n"
+            "print(GRUTextEncoder(5, 2, 2).recurrence, GRUTextEncoder(5, 2, 2, trim_padding=False).recurrence,\n"
+            "      GRUTextEncoder(5, 2, 2, recurrence='packed').recurrence)\n")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["masked", "masked", "packed"]
