@@ -18,8 +18,8 @@ every variable at the global rate). Sparse gradients (`tf.IndexedSlices`, an emb
 update, which squares each slice before summing repeated rows where the fused kernel would sum them first. The
 kernel forms 1 - beta in float32 where Keras rounds it from Python's double (0.100000024 against 0.1 for
 beta_1 = 0.9), so the weights agree with Keras' Adam to float rounding, not bit for bit: a run trained with the fused
-update does not repeat a run trained with Keras' update to the last bit. kitm therefore uses it where the update is
-a noticeable share of the step, the keras-hub towers (`fused_update`, docs/performance.md).
+update does not repeat a run trained with Keras' update to the last bit. It is the launcher's default on TensorFlow
+(`fused_update`, docs/performance.md); runs trained before it repeat with `--fused_update=false`.
 """
 
 from __future__ import annotations
