@@ -62,7 +62,6 @@ def refuse_tensorflow_only(losses, grad_cache_chunk) -> None:
                 f"negatives.")
 
 
-
 def loss_step_counter(losses, optimizer):
     """On JAX, with a loss that has a hardest-negative warm-up: a non-trainable integer variable holding the
     optimizer's step count (module docstring); None elsewhere (the losses read `optimizer.iterations`)."""

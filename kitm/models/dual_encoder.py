@@ -63,6 +63,12 @@ from kitm.models.backend_steps import (jax_train_step, loss_optimizer_groups, lo
 from kitm.models.reducible_logs import keras_reducible_logs
 
 
+def _appended(variables: list, extra) -> list:
+    """`variables` followed by those of `extra` not among them (by identity), in order."""
+    seen = {id(v) for v in variables}
+    return variables + [v for v in extra if id(v) not in seen]
+
+
 def _on_tensorflow() -> bool:
     return keras.backend.backend() == "tensorflow"
 
@@ -214,11 +220,9 @@ class DualEncoder(keras.Model):
     @property
     def trainable_weights(self):
         weights = super().trainable_weights
-        extra = getattr(self, "_loss_variables", None)
-        if not extra or not self.trainable:
+        if not self.trainable:
             return weights
-        seen = {id(v) for v in weights}
-        return weights + [v for v in extra if id(v) not in seen]
+        return _appended(weights, getattr(self, "_loss_variables", ()))
 
     @property
     def trainable_variables(self):
@@ -227,12 +231,7 @@ class DualEncoder(keras.Model):
     @property
     def non_trainable_variables(self):
         """Keras' list, plus on JAX the state the compiled losses carry through a step (`compile`)."""
-        variables = super().non_trainable_variables
-        extra = getattr(self, "_loss_state", None)
-        if not extra:
-            return variables
-        seen = {id(v) for v in variables}
-        return variables + [v for v in extra if id(v) not in seen]
+        return _appended(super().non_trainable_variables, getattr(self, "_loss_state", ()))
 
     def fit(self, *args, **kwargs):
         """Keras' fit; on JAX with a hardest-negative warm-up, the losses' step count starts from the optimizer's
@@ -255,9 +254,8 @@ class DualEncoder(keras.Model):
     def optimizer_variables(self) -> list:
         """What the model's optimizer updates: `trainable_variables` and the losses' variables that ask for it
         (`loss_variables_for_model_optimizer`). Build the optimizer over these, after `compile`."""
-        weights = list(self.trainable_variables)
-        seen = {id(v) for v in weights}  # on JAX / PyTorch the losses' variables are among them already
-        return weights + [v for v in self.loss_variables_for_model_optimizer() if id(v) not in seen]
+        # On JAX / PyTorch the losses' variables are among the trainable ones already.
+        return _appended(list(self.trainable_variables), self.loss_variables_for_model_optimizer())
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """Weighted sum of every loss; each named term is reduced as its loss reduces and logged."""
