@@ -277,7 +277,8 @@ class TrainingConfig(_Section):
         "see kitm/training/reproducibility.py)."))
     strategy: Literal["default", "mirrored", "multi_worker"] = setting("default", help=(
         "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
-        "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable."))
+        "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable. On JAX, mirrored is "
+        "keras.distribution.DataParallel over every JAX device, and multi_worker is refused (docs/backends.md)."))
     negatives: Negatives = setting("auto", help=(
         "Negatives of the contrastive, triplet and SAM losses under several replicas: global (every row of the global "
         "batch, gathered from the other replicas with their gradients: the step of one device with the whole batch), "
@@ -290,7 +291,8 @@ class TrainingConfig(_Section):
     backup_every_steps: int = setting(0, lower=0, help=(
         "Back up the training state every this many steps, so a killed run resumes close to where it stopped (0: at "
         "the end of each epoch)."))
-    cpu_devices: int = setting(0, "Split the CPU into this many logical devices (0: leave as is).", lower=0)
+    cpu_devices: int = setting(0, lower=0, help=(
+        "Split the CPU into this many logical devices (on JAX: host devices, XLA_FLAGS); 0: leave as is."))
     collapse_threshold: float = setting(0.9, lower=0.0, upper=1.0, help=(
         "Collapse monitor: warn when the mean pairwise cosine of a batch's image or caption embeddings (logged as "
         "collapse/image_cosine, collapse/text_cosine) exceeds this at the end of an epoch (0: no monitor)."))

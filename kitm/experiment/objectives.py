@@ -17,6 +17,8 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
+import keras
+
 from kitm.errors import KitmConfigError, KitmError, option, rename_options
 from kitm.experiment.config import ExperimentConfig
 
@@ -262,12 +264,24 @@ def check_objective(config: ExperimentConfig) -> None:
                               "the ladder loss).")
 
 
-def resolve_negatives(config: ExperimentConfig, replicas: int) -> ExperimentConfig:
+def resolve_negatives(config: ExperimentConfig, replicas: int, whole_batch: bool = False) -> ExperimentConfig:
     """`config` with `negatives` made concrete for `replicas` (kitm.losses.global_batch; docs/scale.md): "auto" is
     global with several replicas when every loss can gather, else local; "global" with a loss that cannot gather is
-    refused, naming it."""
+    refused, naming it.
+
+    `whole_batch`: the replicas are devices that one loss computation spans (JAX's keras.distribution,
+    kitm.training.keras_distribution), so every loss sees the global batch without gathering: with several of them
+    the negatives are global, and "local" is refused."""
     negatives = config.training.negatives  # one of its choices: checked when the configuration was made
     names = list(config.objective.loss)
+    if whole_batch and replicas > 1:
+        if negatives == "local":
+            raise KitmConfigError(
+                f"{option('negatives')}=local: on the {keras.backend.backend()} backend the {replicas} devices split "
+                "one loss computation over the global batch, so every anchor meets all of its rows; per-device "
+                f"negatives are not implemented there. Use {option('negatives')}=auto or global (the step of one "
+                "device with the whole batch), or KERAS_BACKEND=tensorflow for per-replica negatives.")
+        return dataclasses.replace(config, training=dataclasses.replace(config.training, negatives="global"))
     cannot = [name for name in names if name in OBJECTIVES and not OBJECTIVES[name].global_negatives]
     if negatives == "global" and cannot:
         able = ", ".join(name for name, objective in OBJECTIVES.items() if objective.global_negatives)

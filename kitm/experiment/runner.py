@@ -73,7 +73,7 @@ def run(config: ExperimentConfig) -> dict:
     record or image met while reading is named in the error.
     """
     from kitm.serving.versions import remove_stale_exports
-    from kitm.training import distribution
+    from kitm.training import distribution, keras_distribution
 
     started = time.time()
     config = resolve(config)
@@ -83,9 +83,14 @@ def run(config: ExperimentConfig) -> dict:
     if config.preset:
         shown = " ".join(f"--{name}={_shown(config.get(name))}" for name in sorted(config.preset))
         print(f"Defaults for --dataset={config.data.dataset}: {shown}")
-    distribution.split_cpu(config.training.cpu_devices)
-    # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
-    strategy = distribution.make_strategy(config.training.strategy)
+    if keras_distribution.on_tensorflow():
+        distribution.split_cpu(config.training.cpu_devices)
+        # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
+        strategy = distribution.make_strategy(config.training.strategy)
+    else:  # JAX: keras.distribution places the model; TensorFlow's input pipeline and export keep one device
+        keras_distribution.split_host_devices(config.training.cpu_devices)
+        keras_distribution.set_data_parallel(config.training.strategy)
+        strategy = distribution.make_strategy("default")
     with contextlib.ExitStack() as held:
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))

@@ -27,6 +27,7 @@ from kitm.experiment.objectives import check_grad_cache, resolve_negatives, uses
 from kitm.experiment.trainers import make_trainer
 from kitm.files import write_json_atomically
 from kitm.progress import keras_verbosity
+from kitm.training.keras_distribution import batch_replicas, check_batch, on_tensorflow
 
 if typing.TYPE_CHECKING:  # the types of _RunParts' fields; the modules load when a run needs them
     import tensorflow as tf
@@ -135,8 +136,12 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     from kitm.training.summaries import write_hparams
 
     # Global or local negatives for this replica count (docs/scale.md); the summary records the resolved value.
-    config = resolve_negatives(config, strategy.num_replicas_in_sync)
-    check_grad_cache(config, strategy.num_replicas_in_sync)
+    # On JAX the replicas are keras.distribution's devices (kitm.training.keras_distribution).
+    replicas = batch_replicas(strategy)
+    config = resolve_negatives(config, replicas, whole_batch=not on_tensorflow())
+    check_grad_cache(config, replicas)
+    if not on_tensorflow():  # tf.distribute's input checks its own split (kitm.training.distribution)
+        check_batch(config.training.batch_size, replicas)
     check_training_settings(config, info)
     print(f"Dtype policy: {precision.set_mixed_precision(config.training.mixed_precision)}.")
     config, joint = _settle_joint_preset(config, strategy)
@@ -238,7 +243,7 @@ def _tokenizer(run: _RunParts):
                                       progress=config.training.progress)
         tokenizer = CaptionTokenizer(vocabulary, data.max_caption_length, name="tokenizer")
         tokenizer.save_vocabulary(str(run.run_dir / "vocabulary.txt"))
-    print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {run.strategy.num_replicas_in_sync} replica(s); global "
+    print(f"Vocabulary: {tokenizer.vocabulary_size} ids; {batch_replicas(run.strategy)} replica(s); global "
           f"batch {config.training.batch_size}.")
     return tokenizer
 
@@ -449,7 +454,7 @@ def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
     return {
         "dataset": {"dir": str(run.data_dir), "name": info.name,
                     "splits": {s: e["num_images"] for s, e in info.splits.items()}},
-        "replicas": run.strategy.num_replicas_in_sync,
+        "replicas": batch_replicas(run.strategy),
         "steps_per_epoch": train.steps_per_epoch,
         "epochs_run": len(history.history.get("loss", [])),
         "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

@@ -128,3 +128,67 @@ def test_a_run_killed_on_jax_resumes_with_the_planned_steps(tiny_synthetic, tiny
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from_step"] == killed_at and summary["optimizer_steps"] == 18
     assert np.isfinite(summary["history"]["loss"]).all()
+
+
+def _launcher_summary(command, run_dir, env, repo_root):
+    import subprocess
+
+    done = subprocess.run(command + [f"--run_dir={run_dir}"], cwd=repo_root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return json.loads((run_dir / "summary.json").read_text()), done.stdout
+
+
+@pytest.mark.slow
+def test_the_launcher_on_two_jax_devices_trains_as_one_device_with_the_whole_batch(tiny_synthetic, tiny_flags,
+                                                                                    subprocess_env, repo_root,
+                                                                                    tmp_path):
+    """--strategy=mirrored on JAX is keras.distribution.DataParallel (kitm.training.keras_distribution): on 2 host
+    devices (--cpu_devices=2) the batch's rows are split over them while each loss runs over the global batch, so
+    the run's losses are those of one device with the whole batch: the triplet (global negatives) and the ladder
+    (a loss that cannot gather on TensorFlow, here computed over the global array)."""
+    import sys
+
+    command = [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", "--epochs=2",
+               "--eval_every_epochs=0", "--export=false", "--projector_samples=0", "--loss=triplet,ladder"]
+    env = subprocess_env(KERAS_BACKEND="jax")
+    one, _ = _launcher_summary(command, tmp_path / "one", env, repo_root)
+    two, printed = _launcher_summary(command + ["--strategy=mirrored", "--cpu_devices=2"], tmp_path / "two", env,
+                                     repo_root)
+    assert "2 replica(s); global batch 16" in printed
+    assert (one["replicas"], two["replicas"]) == (1, 2)
+    assert two["flags"]["negatives"] == "global" and one["flags"]["negatives"] == "local"
+    assert two["optimizer_steps"] == one["optimizer_steps"] == 12
+    # The total and each objective's parts (ladder/level_k: each rung's loss), epoch by epoch. The devices' sums
+    # round in another order (float32), and the difference grows over the steps: the first epoch's mean agrees to
+    # about 1e-6, the second's to about 1e-4 (its 6 steps start from weights already apart by that rounding).
+    for key in ("loss", "triplet/i2t", "triplet/t2i", "ladder/level_1", "ladder/level_2"):
+        first, second = one["history"][key], two["history"][key]
+        np.testing.assert_allclose(second[0], first[0], rtol=2e-5, err_msg=key)
+        np.testing.assert_allclose(second[1], first[1], rtol=2e-3, err_msg=key)
+    for key in ("i2t_R@10", "t2i_R@10", "i2t_NCS@10"):
+        np.testing.assert_allclose(two["test"][key], one["test"][key], atol=2.0, err_msg=key)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--strategy=mirrored", "--cpu_devices=2", "--negatives=local"],
+     "--negatives=local: on the jax backend the 2 devices split one loss computation over the global batch"),
+    (["--strategy=mirrored", "--cpu_devices=2", "--batch_size=15"],
+     "--batch_size=15 must be divisible by the 2 devices keras.distribution.DataParallel splits it over"),
+    (["--strategy=multi_worker"], "--strategy=multi_worker on the JAX backend: several JAX processes need "
+                                  "jax.distributed"),
+])
+def test_what_the_launcher_cannot_distribute_on_jax_is_one_line_naming_the_flag(flags, message, tiny_synthetic,
+                                                                                tiny_flags, subprocess_env, repo_root,
+                                                                                tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
+                           f"--run_dir={tmp_path / 'run'}", "--epochs=1", "--export=false", *flags],
+                          cwd=repo_root, env=subprocess_env(KERAS_BACKEND="jax"), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode != 0
+    assert f"kitm.launch: error: {message}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()

@@ -36,6 +36,25 @@ def test_global_negatives_with_a_loss_that_cannot_gather_are_refused_by_name():
         resolve_negatives(_config(loss=["infonce", "angular"], negatives="global"), 2)
 
 
+@pytest.mark.parametrize("loss, negatives, devices, resolved", [
+    (["triplet"], "auto", 1, "local"),  # one device: as everywhere
+    (["triplet"], "auto", 2, "global"),
+    (["graded_infonce", "ladder"], "auto", 2, "global"),  # nothing to gather: the loss spans the devices
+    (["angular"], "global", 4, "global"),
+])
+def test_on_devices_that_one_loss_spans_the_negatives_are_global(loss, negatives, devices, resolved):
+    """JAX's keras.distribution (kitm.training.keras_distribution): every loss runs over the global batch."""
+    config = resolve_negatives(_config(loss=loss, negatives=negatives), devices, whole_batch=True)
+    assert config.training.negatives == resolved
+
+
+def test_local_negatives_on_devices_that_one_loss_spans_are_refused_naming_the_flag():
+    with pytest.raises(KitmConfigError) as error:
+        resolve_negatives(_config(loss=["triplet"], negatives="local"), 2, whole_batch=True)
+    assert "--negatives=local: on the " in error.value.for_flags()
+    assert "per-device negatives are not implemented there" in error.value.for_flags()
+
+
 def test_grad_cache_chunk_must_divide_the_per_replica_batch_and_refuses_centers():
     check_grad_cache(_config(batch_size=16, grad_cache_chunk=4), 2)
     check_grad_cache(_config(batch_size=16, grad_cache_chunk=0), 2)

@@ -1,0 +1,90 @@
+"""The launcher's devices on Keras' JAX backend: `--strategy=mirrored` as `keras.distribution.DataParallel`.
+
+On TensorFlow the launcher's strategies are `tf.distribute` ones (`kitm.training.distribution`). On JAX a
+`tf.distribute` strategy cannot place Keras' variables or steps, so there:
+
+    default        one device, no distribution (as before)
+    mirrored       `keras.distribution.DataParallel` over every JAX device (all local GPUs, or `--cpu_devices`
+                   host devices: `XLA_FLAGS=--xla_force_host_platform_device_count`, set before JAX starts)
+    multi_worker   refused: several JAX processes need `jax.distributed.initialize`, which the launcher does not do
+
+Under DataParallel one `tf.data` pipeline yields the global batch B (with its [B, B] relevance, as on one device);
+Keras' JAX trainer splits its rows over the D devices and XLA shards the step. The losses run once over the global
+array, so every anchor meets all B - 1 negatives: global negatives, the step of one device with the whole batch
+(`kitm.models.dual_encoder`, "Backends"; `kitm.losses.global_batch.data_parallel_devices` reads D back). B must be a
+multiple of D. The TensorFlow side (the input pipeline, the SavedModel export) keeps its default strategy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import keras
+
+from kitm.errors import DistributionError, option
+
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def on_tensorflow() -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
+def split_host_devices(num_devices: int) -> None:
+    """JAX: make the CPU `num_devices` host devices (XLA_FLAGS), which JAX reads when it first lists its devices.
+
+    Refused, naming the variable, when JAX has already started with another count (then only a new process can
+    change it)."""
+    if num_devices < 1:
+        return
+    from jax._src import xla_bridge  # the one place JAX says whether its backends have started
+
+    flags = re.sub(rf"{HOST_DEVICES_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).split()
+    if not xla_bridge.backends_are_initialized():
+        os.environ["XLA_FLAGS"] = " ".join([*flags, f"{HOST_DEVICES_FLAG}={num_devices}"])
+        return
+    import jax
+
+    if jax.default_backend() == "cpu" and jax.device_count() != num_devices:
+        raise DistributionError(
+            f"{option('cpu_devices')}={num_devices}: JAX has already started with {jax.device_count()} CPU "
+            f"device(s) in this process; set XLA_FLAGS={HOST_DEVICES_FLAG}={num_devices} before it starts.")
+
+
+def set_data_parallel(strategy: str) -> int:
+    """Set the distribution `strategy` names on a backend other than TensorFlow (module docstring); the number of
+    devices the batch's rows are split over (1: none set)."""
+    backend = keras.backend.backend()
+    if strategy == "default":
+        return 1
+    if backend != "jax":
+        raise DistributionError(
+            f"{option('strategy')}={strategy} on the {backend} backend: the launcher distributes with tf.distribute "
+            f"on TensorFlow and keras.distribution.DataParallel on JAX; use {option('strategy')}=default here, or "
+            "KERAS_BACKEND=tensorflow / jax.")
+    if strategy != "mirrored":
+        raise DistributionError(
+            f"{option('strategy')}={strategy} on the JAX backend: several JAX processes need jax.distributed, which "
+            f"the launcher does not start; use {option('strategy')}=mirrored (all of this machine's devices) or "
+            "KERAS_BACKEND=tensorflow with the multi-worker strategy.")
+    devices = keras.distribution.list_devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    return len(devices)
+
+
+def batch_replicas(strategy) -> int:
+    """The replicas the global batch's rows are split over: the `tf.distribute` strategy's on TensorFlow, the
+    devices of `keras.distribution` elsewhere (1 without one)."""
+    if on_tensorflow():
+        return int(strategy.num_replicas_in_sync)
+    from kitm.losses.global_batch import data_parallel_devices
+
+    return data_parallel_devices()
+
+
+def check_batch(global_batch: int, devices: int) -> None:
+    """The global batch splits evenly over the devices (Keras' JAX trainer shards its rows)."""
+    if global_batch % devices:
+        raise DistributionError(f"{option('batch_size')}={global_batch} must be divisible by the {devices} devices "
+                                "keras.distribution.DataParallel splits it over.")
