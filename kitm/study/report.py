@@ -26,6 +26,7 @@ from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
 from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
 from kitm.study.validation_curves import DEFAULT_METRIC as VALIDATION_METRIC, curves_markdown
+from kitm.study.tuning import choices as tuning_choices, tuning_markdown
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -389,6 +390,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
     lines += _figures_section(analysis)
     lines += _comparisons_section(analysis)
     lines += _dose_response_section(analysis)
+    lines += tuning_markdown(tuning_choices(analysis.spec, analysis.values))
     lines += curves_markdown(analysis.validation_curves)
     lines += _agreement_section(agreement)
     lines += ["## Verdict rules", "", *(f"- {rule}" for rule in claim_rules.RULES),
@@ -445,6 +447,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                            "rows": dose_response_rows(block, analysis.comparison)}
                           for block in spec.dose_responses],
         "validation_curves": {"metric": VALIDATION_METRIC, "curves": analysis.validation_curves},
+        "tuning": [choice.as_dict() for choice in tuning_choices(spec, analysis.values)],
         "verdict_rules": list(claim_rules.RULES),
         "flag_differences": {c: {name: {"baseline": before, "configuration": after}
                                  for name, (before, after) in differences.items()}

@@ -44,6 +44,12 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
 
     [[dose_response]]                 # optional: a gain against a property of the data (kitm.study.dose_response)
 
+    [[tuning]]                        # optional: choose an arm's configuration on validation by a fixed rule
+    arm = "triplet"                   # (kitm.study.tuning; the report's "Tuning" section)
+    configurations = ["triplet", "triplet_m0.1"]   # the arm's grid, its default first
+    metric = "rsum"                   # default rsum
+    keep_default_within = 0.5         # default 0.5: the default stays within this of the best mean
+
     [[claim]]                         # optional, any number
     name = "SAM improves semantic metrics while keeping R@K"
     configuration = "sam"
@@ -97,13 +103,14 @@ from kitm.eval.relevance_sources import RELEVANCE_SOURCES
 from kitm.study.dose_response import DoseResponse, parse_dose_responses
 from kitm.study.claim_spec import Claim, parse_claim
 from kitm.study.spec_checks import SpecError, _Checker, _describe
+from kitm.study.tuning import TuningArm, parse_tuning
 
 # Flags the study sets on every launch and kitm.eval command; a spec that sets them would be silently overridden.
 STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
 STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "pinned_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim", "agreement", "prepare", "dose_response"}
+             "configuration", "claim", "agreement", "prepare", "dose_response", "tuning"}
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
@@ -165,6 +172,7 @@ class StudySpec:
     prepare: tuple[Prepare, ...] = ()
     dose_responses: tuple[DoseResponse, ...] = ()
     pinned_flags: tuple[str, ...] = ()
+    tuning: tuple[TuningArm, ...] = ()
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -189,7 +197,8 @@ class StudySpec:
                 "agreement": None if self.agreement is None else self.agreement.as_dict(),
                 "prepare": [step.as_dict() for step in self.prepare],
                 "metrics": None if self.metrics is None else list(self.metrics),
-                "dose_responses": [dose.as_dict() for dose in self.dose_responses]}
+                "dose_responses": [dose.as_dict() for dose in self.dose_responses],
+                "tuning": [arm.as_dict() for arm in self.tuning]}
 
 
 def load_spec(path: str | pathlib.Path) -> StudySpec:
@@ -241,11 +250,13 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     agreement = _parse_agreement(check, raw["agreement"]) if "agreement" in raw else None
     prepare = _parse_prepare(check, raw.get("prepare", []))
     dose_responses = parse_dose_responses(check, raw.get("dose_response", []), names)
+    tuning = parse_tuning(check, raw.get("tuning", []), names)
     _check_pairable(check, configurations, seeds, claims, dose_responses)
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
-                     prepare=tuple(prepare), dose_responses=dose_responses, pinned_flags=pinned_flags)
+                     prepare=tuple(prepare), dose_responses=dose_responses, pinned_flags=pinned_flags,
+                     tuning=tuning)
 
 
 def _parse_seeds(check: _Checker, seeds: object, key: str = "seeds") -> list[int]:
