@@ -88,6 +88,7 @@ def run(config: ExperimentConfig) -> dict:
         # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
         strategy = distribution.make_strategy(config.training.strategy)
     else:  # JAX: keras.distribution places the model; TensorFlow's input pipeline and export keep one device
+        _check_export_backend(config)
         keras_distribution.split_host_devices(config.training.cpu_devices)
         keras_distribution.set_data_parallel(config.training.strategy)
         strategy = distribution.make_strategy("default")
@@ -105,6 +106,20 @@ def run(config: ExperimentConfig) -> dict:
             if problem is None:
                 raise
             raise problem from error
+
+
+def _check_export_backend(config: ExperimentConfig) -> None:
+    """The SavedModel export (kitm.serving.export) crosses to TensorFlow from TensorFlow and JAX (jax2tf) only:
+    on another backend a run that would end in it is refused before it starts, not after its training."""
+    import keras
+
+    backend = keras.backend.backend()
+    if config.export.export and backend not in ("tensorflow", "jax"):
+        raise KitmConfigError(
+            f"{option('export')}: the SavedModel export runs on the TensorFlow and JAX backends, not on {backend} "
+            f"(Keras cannot trace a {backend} model into TensorFlow). Train here with {option('export')}=false: "
+            "the weights are saved in <run_dir>/checkpoints/last.weights.h5, a file every backend reads; or train "
+            "with KERAS_BACKEND=tensorflow / jax.")
 
 
 def _run_in(config: ExperimentConfig, run_dir: pathlib.Path, strategy, started: float) -> dict:
