@@ -283,7 +283,7 @@ class TrainingConfig(_Section):
         "Negatives of the contrastive, triplet and SAM losses under several replicas: global (every row of the global "
         "batch, gathered from the other replicas with their gradients: the step of one device with the whole batch), "
         "local (a replica's own rows only), auto (global with several replicas when every --loss can gather, else "
-        "local). docs/scale.md."))
+        "local; on JAX with several devices always global: one loss spans them). docs/scale.md."))
     grad_cache_chunk: int = setting(0, lower=0, help=(
         "Gradient caching: embed each replica's batch in chunks of this many rows without keeping activations, take "
         "the loss over the whole batch, then back-propagate chunk by chunk (memory of one chunk, the gradients of the "
@@ -292,7 +292,8 @@ class TrainingConfig(_Section):
         "Back up the training state every this many steps, so a killed run resumes close to where it stopped (0: at "
         "the end of each epoch)."))
     cpu_devices: int = setting(0, lower=0, help=(
-        "Split the CPU into this many logical devices (on JAX: host devices, XLA_FLAGS); 0: leave as is."))
+        "Split the CPU into this many logical devices (on JAX: host devices through XLA_FLAGS, used where JAX runs "
+        "on the CPU); 0: leave as is."))
     collapse_threshold: float = setting(0.9, lower=0.0, upper=1.0, help=(
         "Collapse monitor: warn when the mean pairwise cosine of a batch's image or caption embeddings (logged as "
         "collapse/image_cosine, collapse/text_cosine) exceeds this at the end of an epoch (0: no monitor)."))

@@ -182,8 +182,6 @@ def register_objective(name: str, build, *, loss_class: type | None = None, key:
         raise TypeError(f"register_objective({name!r}, build): give loss_class=<the class build returns>; its "
                         "attributes declare what the loss can do (needs_relevance, supports_global_negatives, "
                         "supports_gradient_caching; kitm.losses.base).")
-    import keras
-
     if not (isinstance(loss_class, type) and issubclass(loss_class, keras.losses.Loss)):
         raise TypeError(f"register_objective({name!r}): loss_class must be a keras.losses.Loss subclass (a "
                         f"kitm.losses.RetrievalLoss); got {loss_class!r}.")

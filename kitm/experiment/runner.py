@@ -25,6 +25,8 @@ import pathlib
 import sys
 import time
 
+import keras
+
 from kitm.errors import KitmConfigError, KitmError, option
 from kitm.experiment import datasets
 from kitm.experiment.config import ExperimentConfig
@@ -83,16 +85,18 @@ def run(config: ExperimentConfig) -> dict:
     if config.preset:
         shown = " ".join(f"--{name}={_shown(config.get(name))}" for name in sorted(config.preset))
         print(f"Defaults for --dataset={config.data.dataset}: {shown}")
-    if keras_distribution.on_tensorflow():
-        distribution.split_cpu(config.training.cpu_devices)
-        # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
-        strategy = distribution.make_strategy(config.training.strategy)
-    else:  # JAX: keras.distribution places the model; TensorFlow's input pipeline and export keep one device
-        _check_export_backend(config)
-        keras_distribution.split_host_devices(config.training.cpu_devices)
-        keras_distribution.set_data_parallel(config.training.strategy)
-        strategy = distribution.make_strategy("default")
     with contextlib.ExitStack() as held:
+        if keras_distribution.on_tensorflow():
+            distribution.split_cpu(config.training.cpu_devices)
+            # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
+            strategy = distribution.make_strategy(config.training.strategy)
+        else:  # JAX (and PyTorch): keras.distribution places the model; TensorFlow's input and export, one device
+            _check_export_backend(config)
+            keras_distribution.split_host_devices(config.training.cpu_devices)
+            # A run in a Python process leaves the process's distribution as it found it.
+            held.callback(keras.distribution.set_distribution, keras.distribution.distribution())
+            keras_distribution.set_data_parallel(config.training.strategy)
+            strategy = distribution.make_strategy("default")
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
@@ -111,8 +115,6 @@ def run(config: ExperimentConfig) -> dict:
 def _check_export_backend(config: ExperimentConfig) -> None:
     """The SavedModel export (kitm.serving.export) crosses to TensorFlow from TensorFlow and JAX (jax2tf) only:
     on another backend a run that would end in it is refused before it starts, not after its training."""
-    import keras
-
     backend = keras.backend.backend()
     if config.export.export and backend not in ("tensorflow", "jax"):
         raise KitmConfigError(

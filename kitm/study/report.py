@@ -25,8 +25,8 @@ from kitm.study.metrics import decimals, lower_is_better
 from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
 from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
-from kitm.study.validation_curves import DEFAULT_METRIC as VALIDATION_METRIC, curves_markdown
 from kitm.study.tuning import choices as tuning_choices, tuning_markdown
+from kitm.study.validation_curves import DEFAULT_METRIC as VALIDATION_METRIC, curves_markdown
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"

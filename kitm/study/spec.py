@@ -250,7 +250,8 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     agreement = _parse_agreement(check, raw["agreement"]) if "agreement" in raw else None
     prepare = _parse_prepare(check, raw.get("prepare", []))
     dose_responses = parse_dose_responses(check, raw.get("dose_response", []), names)
-    tuning = parse_tuning(check, raw.get("tuning", []), names)
+    tuning = parse_tuning(check, raw.get("tuning", []),
+                          {c.name: frozenset(seeds if c.seeds is None else c.seeds) for c in configurations})
     _check_pairable(check, configurations, seeds, claims, dose_responses)
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),

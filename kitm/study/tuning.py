@@ -11,9 +11,11 @@ configuration a previous study ran, or the paper's)::
     keep_default_within = 0.5    # default 0.5, in the metric's units
 
 The rule: each configuration's mean of `metric` over its seeds; the best mean wins, unless the default is within
-`keep_default_within` of it, when the default stays (a difference that small is within the seed noise of a two-seed
-mean, and the default needs no justification). Ties go to the earlier configuration. Nothing is chosen while a
-configuration of the arm misses a run of its seeds: a choice read off part of the grid could change.
+`keep_default_within` of it (a gap of exactly the margin included, up to float rounding: 1e-9), when the default
+stays (a difference that small is within the seed noise of a two-seed mean, and the default needs no
+justification). Ties go to the earlier configuration. Nothing is chosen while a configuration of the arm misses a
+run of its seeds: a choice read off part of the grid could change. An arm's configurations share their seeds (the
+spec refuses an arm whose configurations name different ones), so that every mean is over the same seeds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import numpy as np
 from kitm.study.metrics import lower_is_better
 
 _KEYS = {"arm", "configurations", "metric", "keep_default_within"}
+# Means of figures printed to two decimals are compared with the margin up to this (a mean of 261.2 and 250.0 is
+# 0.5000000000000284 above one of 250.5 and 261.7 in floating point).
+_ROUNDING = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +66,9 @@ class TuningChoice:
                 "missing": {c: list(seeds) for c, seeds in self.missing.items() if seeds}}
 
 
-def parse_tuning(check, entries: object, configurations: Sequence[str]) -> tuple[TuningArm, ...]:
-    """The spec's ``[[tuning]]`` blocks; `check` is the spec's checker (errors name the file and key)."""
+def parse_tuning(check, entries: object, configurations: Mapping[str, object]) -> tuple[TuningArm, ...]:
+    """The spec's ``[[tuning]]`` blocks; `check` is the spec's checker (errors name the file and key);
+    `configurations` maps each configuration's name to the seeds it runs."""
     if not isinstance(entries, list):
         raise check.fail("tuning", "must be an array of tables ([[tuning]]).")
     arms, claimed = [], {}
@@ -79,6 +85,10 @@ def parse_tuning(check, entries: object, configurations: Sequence[str]) -> tuple
             if name in claimed:
                 raise check.fail(f"{key}.configurations[{j}]", f"{name!r} is already in the arm {claimed[name]!r}.")
             claimed[name] = entry["arm"]
+            if configurations[name] != configurations[names[0]]:
+                raise check.fail(f"{key}.configurations[{j}]",
+                                 f"{name!r} runs other seeds than {names[0]!r}; an arm's configurations share "
+                                 "their seeds, so that their means are over the same seeds.")
         within = check.number(entry.get("keep_default_within", 0.5), f"{key}.keep_default_within")  # >= 0
         arms.append(TuningArm(arm=check.string(entry["arm"], f"{key}.arm"), configurations=names,
                               metric=check.string(entry.get("metric", "rsum"), f"{key}.metric"),
@@ -98,20 +108,25 @@ def choose(arm: TuningArm, values: Mapping[str, Mapping[str, Mapping[int, float]
     missing = {c: tuple(s for s in seeds[c] if s not in per_seed[c]) for c in arm.configurations}
     means = {c: (float(np.mean(list(v.values()))) if v else None) for c, v in per_seed.items()}
     incomplete = [c for c in arm.configurations if missing[c]]
+    ran = [c for c in arm.configurations if values.get(c)]  # configurations with some figure of some seed
+    if ran and not any(per_seed.values()):
+        return TuningChoice(arm, means, per_seed, missing, None, None,
+                            f"no run of the arm has the metric {arm.metric!r} (or only non-finite values): is it "
+                            "spelled as in the runs' figures?")
     if incomplete:
         runs = sum(len(seeds[c]) for c in arm.configurations)
         done = runs - sum(len(m) for m in missing.values())
         return TuningChoice(arm, means, per_seed, missing, None, None,
                             f"not chosen yet: {done} of the arm's {runs} runs are in")
     best = max(arm.configurations, key=lambda c: (sign * means[c], -arm.configurations.index(c)))
-    gap = sign * (means[best] - means[arm.default])
+    gap = sign * (means[best] - means[arm.default])  # how much better the best is; >= 0
     if best == arm.default:
         chosen, reason = best, f"the default has the best mean {arm.metric}"
-    elif gap <= arm.keep_default_within:
-        chosen, reason = arm.default, (f"the default stays: {gap:.2f} below the best ({best}), within "
+    elif gap <= arm.keep_default_within + _ROUNDING:
+        chosen, reason = arm.default, (f"the default stays: the best ({best}) is better by {gap:.4g}, within "
                                        f"{arm.keep_default_within:g}")
     else:
-        chosen, reason = best, f"{gap:.2f} above the default, more than {arm.keep_default_within:g}"
+        chosen, reason = best, f"better than the default by {gap:.4g}, more than {arm.keep_default_within:g}"
     return TuningChoice(arm, means, per_seed, missing, chosen, best, reason)
 
 

@@ -2,6 +2,7 @@
 
 distribution      strategies (one device, MirroredStrategy, MultiWorkerMirroredStrategy from TF_CONFIG), the
                   per-replica input pipelines, the chief and the other workers' output directories
+keras_distribution  on JAX: --strategy=mirrored as keras.distribution.DataParallel, --cpu_devices as host devices
 fault_tolerance   BackupAndRestore that resumes a killed run mid-epoch, writes atomically and never backs up NaNs
 reproducibility   seeds and TensorFlow's op determinism
 schedules         learning-rate schedules (step decay, warm-up + cosine)

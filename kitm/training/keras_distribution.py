@@ -28,6 +28,7 @@ HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
 def on_tensorflow() -> bool:
+    """Whether Keras runs on TensorFlow, where the launcher's strategies are `tf.distribute` ones."""
     return keras.backend.backend() == "tensorflow"
 
 
@@ -38,6 +39,11 @@ def split_host_devices(num_devices: int) -> None:
     change it)."""
     if num_devices < 1:
         return
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise DistributionError(
+            f"{option('cpu_devices')}={num_devices} on the {backend} backend: the launcher splits the CPU into "
+            f"devices on TensorFlow and JAX only; leave {option('cpu_devices')} at 0 here.")
     from jax._src import xla_bridge  # the one place JAX says whether its backends have started
 
     flags = re.sub(rf"{HOST_DEVICES_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).split()
@@ -59,10 +65,11 @@ def set_data_parallel(strategy: str) -> int:
     if strategy == "default":
         return 1
     if backend != "jax":
+        where = "KERAS_BACKEND=tensorflow" if strategy == "multi_worker" else "KERAS_BACKEND=tensorflow / jax"
         raise DistributionError(
             f"{option('strategy')}={strategy} on the {backend} backend: the launcher distributes with tf.distribute "
             f"on TensorFlow and keras.distribution.DataParallel on JAX; use {option('strategy')}=default here, or "
-            "KERAS_BACKEND=tensorflow / jax.")
+            f"{where}.")
     if strategy != "mirrored":
         raise DistributionError(
             f"{option('strategy')}={strategy} on the JAX backend: several JAX processes need jax.distributed, which "

@@ -192,3 +192,28 @@ def test_what_the_launcher_cannot_distribute_on_jax_is_one_line_naming_the_flag(
     assert f"kitm.launch: error: {message}" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_run_in_a_python_process_leaves_its_keras_distribution_as_it_found_it(subprocess_env, repo_root, tmp_path):
+    """kitm.experiment.run with strategy="mirrored" sets DataParallel for the run and restores the process's
+    distribution afterwards, also when the run stops on an error (here: no dataset at data_dir)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import keras
+from kitm.errors import KitmError
+from kitm.experiment import experiment_config, run
+config = experiment_config("coco", strategy="mirrored", cpu_devices=2, data_dir={str(tmp_path / 'none')!r},
+                           run_dir={str(tmp_path / 'run')!r})
+try:
+    run(config)
+except KitmError as error:
+    print("refused:", type(error).__name__)
+print("devices:", len(keras.distribution.list_devices()), "distribution:", keras.distribution.distribution())
+"""
+    done = subprocess.run([sys.executable, "-c", script], env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused:" in done.stdout
+    assert "devices: 2 distribution: None" in done.stdout, done.stdout

@@ -23,7 +23,7 @@ def test_the_launcher_trains_and_evaluates_on_pytorch(tiny_synthetic, tiny_flags
 
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=2", "--projector_samples=0",
+                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=2", "--projector_samples=8",
                            "--export=false"],
                           env=subprocess_env(KERAS_BACKEND="torch"), cwd=repo_root, capture_output=True, text=True,
                           timeout=900)
@@ -32,6 +32,7 @@ def test_the_launcher_trains_and_evaluates_on_pytorch(tiny_synthetic, tiny_flags
     loss = summary["history"]["loss"]
     assert len(loss) == 2 and loss[1] < loss[0] and summary["optimizer_steps"] == 12
     assert any(key.startswith("val") for key in summary["history"]) and summary["test"]["t2i_R@10"] > 0
+    assert list(run_dir.rglob("projector_config.pbtxt"))  # the embedding projector's callback too
 
     # The weights file is the same on every backend: it loads into the TensorFlow model, and gives finite embeddings.
     tokenizer = CaptionTokenizer(str(run_dir / "vocabulary.txt"), 32)
@@ -42,14 +43,23 @@ def test_the_launcher_trains_and_evaluates_on_pytorch(tiny_synthetic, tiny_flags
     assert np.isfinite(text).all() and np.linalg.norm(text) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_the_export_on_pytorch_is_refused_before_the_run_naming_the_flag(tiny_synthetic, tiny_flags,
-                                                                         subprocess_env, repo_root, tmp_path):
+@pytest.mark.parametrize("flags, message", [
+    ([], "--export: the SavedModel export runs on the TensorFlow and JAX backends, not on torch (Keras cannot "
+         "trace a torch model into TensorFlow). Train here with --export=false"),
+    (["--export=false", "--cpu_devices=2"], "--cpu_devices=2 on the torch backend: the launcher splits the CPU into "
+                                            "devices on TensorFlow and JAX only"),
+    (["--export=false", "--strategy=multi_worker"], "--strategy=multi_worker on the torch backend: the launcher "
+                                                    "distributes with tf.distribute on TensorFlow and "
+                                                    "keras.distribution.DataParallel on JAX; use --strategy=default "
+                                                    "here, or KERAS_BACKEND=tensorflow."),
+])
+def test_what_the_launcher_cannot_do_on_pytorch_is_refused_before_the_run_naming_the_flag(
+        flags, message, tiny_synthetic, tiny_flags, subprocess_env, repo_root, tmp_path):
     done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={tmp_path / 'run'}", "--epochs=1"],
+                           f"--run_dir={tmp_path / 'run'}", "--epochs=1", *flags],
                           env=subprocess_env(KERAS_BACKEND="torch"), cwd=repo_root, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 2
-    assert ("kitm.launch: error: --export: the SavedModel export runs on the TensorFlow and JAX backends, not on "
-            "torch") in done.stderr
-    assert "--export=false" in done.stderr and "Traceback" not in done.stderr
+    assert f"kitm.launch: error: {message}" in done.stderr
+    assert "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()

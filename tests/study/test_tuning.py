@@ -74,6 +74,26 @@ def test_the_choice_is_the_best_mean_unless_the_default_is_within_the_margin(tmp
     assert choice.means["a"] == pytest.approx(sum(rsum["a"].values()) / 2)
 
 
+def test_a_gap_of_the_margin_in_decimal_figures_keeps_the_default(tmp_path):
+    """Means of 255.6 and 256.1 (one-decimal figures): 0.5 apart on paper, 0.5000000000000284 in floating point."""
+    spec = _load(tmp_path, SPEC)
+    rsum = {"a": {0: 261.2, 1: 250.0}, "a_m0.1": {0: 250.5, 1: 261.7}, "a_lr": {0: 100.0, 1: 100.0}}
+    choice = choose(spec.tuning[0], _values(rsum), SEEDS)
+    assert (choice.chosen, choice.best) == ("a", "a_m0.1")
+    assert choice.reason == "the default stays: the best (a_m0.1) is better by 0.5, within 0.5"
+    rsum["a_m0.1"][1] = 261.8  # 0.55 better: it wins
+    choice = choose(spec.tuning[0], _values(rsum), SEEDS)
+    assert choice.chosen == "a_m0.1" and choice.reason == "better than the default by 0.55, more than 0.5"
+
+
+def test_a_metric_no_run_has_is_said_so(tmp_path):
+    spec = _load(tmp_path, SPEC.replace('configurations = ["a", "a_m0.1", "a_lr"]',
+                                        'configurations = ["a", "a_m0.1", "a_lr"]\nmetric = "rsun"'))
+    values = {c: {"rsum": {0: 1.0, 1: 1.0}} for c in SEEDS}
+    choice = choose(spec.tuning[0], values, SEEDS)
+    assert choice.chosen is None and "no run of the arm has the metric 'rsun'" in choice.reason
+
+
 def test_nothing_is_chosen_while_a_run_of_the_arm_is_missing(tmp_path):
     spec = _load(tmp_path, SPEC)
     choice = choose(spec.tuning[0], _values({"a": {0: 200.0, 1: 200.0}, "a_m0.1": {0: 900.0}, "a_lr": {}}), SEEDS)
@@ -97,6 +117,10 @@ def test_the_study_seeds_are_each_configurations_unless_it_names_its_own(tmp_pat
     spec = _load(tmp_path, SPEC.replace('flags = ["--loss=sam"]', 'flags = ["--loss=sam"]\nseeds = [1]'))
     found = choices(spec, {"b": {"i2t_medr": {1: 4.0}}})
     assert found[1].chosen == "b" and found[0].chosen is None
+    # Naming the study's seeds is the same as naming none.
+    spec = _load(tmp_path, SPEC.replace('flags = ["--loss=triplet", "--margin=0.1"]',
+                                        'flags = ["--loss=triplet", "--margin=0.1"]\nseeds = [1, 0]'))
+    assert spec.tuning[0].configurations == ("a", "a_m0.1", "a_lr")
 
 
 @pytest.mark.parametrize("edit, key, message", [
@@ -107,6 +131,8 @@ def test_the_study_seeds_are_each_configurations_unless_it_names_its_own(tmp_pat
     (lambda s: s.replace("keep_default_within = 0", "keep_default_within = -1"), "tuning[1].keep_default_within",
      "must be a number >= 0"),
     (lambda s: s.replace('arm = "b"', 'arm = "a"'), "tuning", "two [[tuning]] blocks have the same arm"),
+    (lambda s: s.replace('flags = ["--loss=triplet", "--margin=0.1"]', 'flags = ["--loss=triplet", "--margin=0.1"]\n'
+                         'seeds = [1]'), "tuning[0].configurations[1]", "'a_m0.1' runs other seeds than 'a'"),
     (lambda s: s.replace('metric = "i2t_medr"', 'metrics = "x"'), "tuning[1].metrics", "unknown key"),
 ])
 def test_bad_blocks_name_the_file_and_key(tmp_path, edit, key, message):
