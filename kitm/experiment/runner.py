@@ -115,8 +115,10 @@ def run(config: ExperimentConfig) -> dict:
 def _check_export_backend(config: ExperimentConfig) -> None:
     """The SavedModel export (kitm.serving.export) crosses to TensorFlow from TensorFlow and JAX (jax2tf) only:
     on another backend a run that would end in it is refused before it starts, not after its training."""
+    from kitm.serving.export import EXPORT_BACKENDS
+
     backend = keras.backend.backend()
-    if config.export.export and backend not in ("tensorflow", "jax"):
+    if config.export.export and backend not in EXPORT_BACKENDS:
         raise KitmConfigError(
             f"{option('export')}: the SavedModel export runs on the TensorFlow and JAX backends, not on {backend} "
             f"(Keras cannot trace a {backend} model into TensorFlow). Train here with {option('export')}=false: "

@@ -32,6 +32,8 @@ from kitm.ops.images import decode_pixels, eval_image
 from kitm.serving.versions import next_version, remove_stale_exports
 
 # The first bytes of the formats tf.io.decode_image reads.
+# The backends whose models cross into a TensorFlow graph: TensorFlow's own, JAX's through jax2tf.
+EXPORT_BACKENDS = ("tensorflow", "jax")
 _IMAGE_SIGNATURES = ((b"\x89PNG", 4), (b"\xff\xd8\xff", 3), (b"GIF8", 4), (b"BM", 2))
 
 
@@ -90,9 +92,6 @@ def _numeric_encoders(archive, model, tokenizer, image_spec):
     if keras.backend.backend() == "tensorflow":
         return (lambda tokens: model.encode_text(tokens, training=False),
                 lambda pixels: model.encode_image(pixels, training=False))
-    if keras.backend.backend() != "jax":
-        raise NotImplementedError(f"Export runs on the TensorFlow and JAX backends, not {keras.backend.backend()}: "
-                                  "load the weights under KERAS_BACKEND=tensorflow (or jax) and export there.")
     for resource in _tensorflow_objects(tokenizer):
         archive.track(resource)
     text = archive.add_endpoint("encode_tokens", lambda tokens: model.encode_text(tokens, training=False),
@@ -142,6 +141,9 @@ def _add_string_endpoint(archive, name, fn, input_signature):
 
 def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
              feature_dim: int | None) -> keras.export.ExportArchive:
+    if keras.backend.backend() not in EXPORT_BACKENDS:  # before Keras' own tracking fails with less to say
+        raise NotImplementedError(f"Export runs on the TensorFlow and JAX backends, not {keras.backend.backend()}: "
+                                  "load the weights under KERAS_BACKEND=tensorflow (or jax) and export there.")
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(tokenizer)
