@@ -22,8 +22,9 @@ from kitm.study import claims as claim_rules
 from kitm.study import runs
 from kitm.study.commands import overridden_common_flags
 from kitm.study.metrics import default_metrics, lower_is_better
-from kitm.study.results import RunResult
+from kitm.study.results import RunResult, values_by_configuration
 from kitm.study.spec import StudySpec
+from kitm.study.tuned import TunedConfiguration
 from kitm.study.statistics import Interval, PairedComparison, blocked_comparison, paired_comparison, t_interval
 from kitm.study.provenance import changed_files
 from kitm.study.validation_curves import collect_curves
@@ -53,6 +54,8 @@ class StudyAnalysis:
     per_query_cache: dict[pathlib.Path, dict[str, np.ndarray] | None] = dataclasses.field(default_factory=dict)
     # configuration -> per-epoch validation rows of its done runs that validated while training
     validation_curves: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)
+    # configurations whose arm another study chose on validation (kitm.study.tuned), waiting ones included
+    tuned: tuple[TunedConfiguration, ...] = ()
 
     def per_query(self, configuration: str, seed: int, metric: str) -> tuple[dict[str, np.ndarray] | None, str]:
         """The per-query arrays of :func:`kitm.study.bootstrap.components` of `metric` for one done run, or
@@ -126,15 +129,6 @@ class StudyAnalysis:
         if not any(candidate or reference for _, candidate, reference in data):
             return None
         return blocked_comparison(data, lower_is_better=lower_is_better(metric))
-
-
-def _values(results: Sequence[RunResult], configurations: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
-    values: dict[str, dict[str, dict[int, float]]] = {c: {} for c in configurations}
-    for result in results:
-        if result.done:
-            for metric, value in result.figures.items():
-                values[result.configuration].setdefault(metric, {})[result.seed] = value
-    return values
 
 
 def _flag_differences(results: Sequence[RunResult], baseline: str) -> dict[str, dict[str, tuple[object, object]]]:
@@ -252,10 +246,12 @@ def _describe_source(dataset: dict) -> str:
     return ", ".join(parts)
 
 
-def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int]) -> StudyAnalysis:
-    """Every number of the report from the runs' results (missing and failed runs simply contribute nothing)."""
+def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
+            tuned: tuple[TunedConfiguration, ...] = ()) -> StudyAnalysis:
+    """Every number of the report from the runs' results (missing and failed runs simply contribute nothing);
+    `tuned`: the spec's tuned configurations as :func:`kitm.study.tuned.resolve` found them."""
     configurations = spec.configuration_names
-    values = _values(results, configurations)
+    values = values_by_configuration(results, configurations)
     available = sorted({metric for per_metric in values.values() for metric in per_metric})
     metrics = list(spec.metrics) if spec.metrics is not None else default_metrics(available)
     warnings = list(overridden_common_flags(spec))
@@ -268,7 +264,11 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int])
     analysis = StudyAnalysis(spec=spec, configurations=configurations, seeds=tuple(sorted(seeds)),
                              results=list(results), metrics=metrics, available=available, values=values,
                              aggregates=aggregates, comparisons={}, claims=[], flag_differences={}, datasets=[],
-                             warnings=warnings)
+                             warnings=warnings, tuned=tuple(tuned))
+    waits = [record.configuration for record in tuned if record.waiting]
+    if waits:
+        warnings.append(f"{len(waits)} configuration(s) wait for their arm's choice on validation (not run, not in "
+                        f"the figures; the section on tuned configurations): {', '.join(waits)}")
     for configuration in configurations:
         if configuration != spec.baseline:
             analysis.comparisons[configuration] = {

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from kitm.study import commands, runs
 from kitm.study.spec import SpecError, StudySpec, load_spec
+from kitm.study.tuned import TunedConfiguration, resolve as resolve_tuned, waiting as waiting_configurations
 from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.study"
@@ -81,7 +82,7 @@ def _seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
-def _dry_run(plans: Sequence[runs.RunPlan]) -> None:
+def _dry_run(plans: Sequence[runs.RunPlan], waiting: Sequence[TunedConfiguration]) -> None:
     actions = {runs.DONE: "skip (evaluated)", runs.TRAINED: "evaluate", runs.STALE: "STALE: refuses to run",
                runs.FAILED: "train and evaluate again", runs.INCOMPLETE: "resume and evaluate",
                runs.MISSING: "train and evaluate"}
@@ -92,6 +93,8 @@ def _dry_run(plans: Sequence[runs.RunPlan]) -> None:
             print(commands.display(plan.launch_args))
         if state != runs.DONE:
             print(commands.display(plan.eval_args))
+    for record in waiting:
+        print(f"# {record.configuration}: waits, not run ({record.reason})")
 
 
 def _prepare(spec: StudySpec, out_dir: pathlib.Path) -> None:
@@ -139,11 +142,14 @@ def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     started = time.monotonic()
-    spec = load_spec(args.spec)
+    spec, tuned = resolve_tuned(load_spec(args.spec))
+    waits = waiting_configurations(tuned)
     out_dir = pathlib.Path(args.out) if args.out else spec.out_dir
     seeds = _seeds(args.seeds) if args.seeds is not None else spec.seeds
     selected_names = _names(args.only, spec) if args.only is not None else spec.configuration_names
-    plans = runs.plan_runs(spec, out_dir, spec.configuration_names, seeds)
+    # A configuration waiting for its arm's choice has no command yet: neither run nor reported (analysis says so).
+    plans = [plan for plan in runs.plan_runs(spec, out_dir, spec.configuration_names, seeds)
+             if plan.configuration not in waits]
     selected = [plan for plan in plans if plan.configuration in selected_names]
     if not selected and not args.report_only:
         # Not an error (the report is still written), but a loop over seeds should say why a seed did nothing.
@@ -151,10 +157,13 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                if c.name in selected_names and c.seeds is not None]
         print(f"{PROG}: note: no run is selected by --seeds={','.join(map(str, seeds))}"
               + (f" (of the configurations asked, {'; '.join(own)})" if own else "") + ".", file=sys.stderr)
+    if waits and not args.report_only:
+        print(f"{PROG}: note: {len(waits)} configuration(s) wait for their arm's choice in {spec.tuned_by} and do "
+              f"not run now: {', '.join(sorted(waits))}.", file=sys.stderr)
     for warning in commands.overridden_common_flags(spec):
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.dry_run:
-        _dry_run(selected)
+        _dry_run(selected, [r for r in tuned if r.waiting and r.configuration in selected_names])
         return 0
     if not args.report_only:
         stale = [plan for plan in selected if runs.is_stale(plan, runs.read_status(plan))]
@@ -174,7 +183,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kitm.study.results import collect
 
     results = [collect(plan, spec.evaluation.split) for plan in plans]
-    analysis = analyse(spec, results, seeds)
+    analysis = analyse(spec, results, seeds, tuned)
     outside = runs.runs_outside_own_seeds(spec, out_dir)
     if outside:
         analysis.warnings.append(f"evaluated runs at seeds their configuration's `seeds` leave out are not in the "

@@ -140,17 +140,19 @@ def final_flag_values(flags: Iterable[str], origin: str) -> dict[str, tuple[str,
 
 
 def overridden_common_flags(spec: StudySpec) -> list[str]:
-    """Warnings for common flags that a configuration's flags (its flagfiles included) set to another value.
+    """Warnings for common flags that a flagfile of a configuration sets to another value.
 
     Such an override is legal and sometimes wanted, but often a surprise: ``--flagfile=launch/sam.flags`` after
-    ``--dataset=synthetic`` trains on Flickr30K.
+    ``--dataset=synthetic`` trains on Flickr30K. A flag written in the configuration's own list (another world's
+    ``--data_dir``) overrides on purpose and is not warned about.
     """
     common = final_flag_values(spec.common_flags, "common_flags")
     warnings = []
     for configuration in spec.configurations:
-        own = final_flag_values(configuration.flags, f"configuration {configuration.name}")
+        written = f"configuration {configuration.name}"
+        own = final_flag_values(configuration.flags, written)
         for name, (value, origin) in own.items():
-            if name in common and common[name][0] != value:
+            if name in common and common[name][0] != value and origin != written:
                 warnings.append(f"configuration '{configuration.name}': --{name}={value} (from {origin}) overrides "
                                 f"the common flag --{name}={common[name][0]}")
     return warnings

@@ -25,6 +25,7 @@ from kitm.study.metrics import decimals, lower_is_better
 from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
 from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
+from kitm.study.tuned import tuned_markdown
 from kitm.study.tuning import choices as tuning_choices, tuning_markdown
 from kitm.study.validation_curves import DEFAULT_METRIC as VALIDATION_METRIC, curves_markdown
 
@@ -391,6 +392,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
     lines += _comparisons_section(analysis)
     lines += _dose_response_section(analysis)
     lines += tuning_markdown(tuning_choices(analysis.spec, analysis.values))
+    lines += tuned_markdown(analysis.tuned)
     lines += curves_markdown(analysis.validation_curves)
     lines += _agreement_section(agreement)
     lines += ["## Verdict rules", "", *(f"- {rule}" for rule in claim_rules.RULES),
@@ -448,6 +450,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                           for block in spec.dose_responses],
         "validation_curves": {"metric": VALIDATION_METRIC, "curves": analysis.validation_curves},
         "tuning": [choice.as_dict() for choice in tuning_choices(spec, analysis.values)],
+        "tuned_configurations": [record.as_dict() for record in analysis.tuned],
         "verdict_rules": list(claim_rules.RULES),
         "flag_differences": {c: {name: {"baseline": before, "configuration": after}
                                  for name, (before, after) in differences.items()}

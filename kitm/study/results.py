@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Iterable, Sequence
 
 from kitm.study import commands, runs
 from kitm.study.bootstrap import per_query_path
@@ -93,3 +94,14 @@ def collect(plan: RunPlan, split: str) -> RunResult:
         kitm_source=runs.trained_by(status),
         launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args),
         per_query=per_query, kitm_commit=runs.trained_by(status, "kitm_commit"))
+
+
+def values_by_configuration(results: Iterable[RunResult],
+                            configurations: Sequence[str]) -> dict[str, dict[str, dict[int, float]]]:
+    """configuration -> metric -> seed -> value, from the done runs among `results` (the others add nothing)."""
+    values: dict[str, dict[str, dict[int, float]]] = {c: {} for c in configurations}
+    for result in results:
+        if result.done:
+            for metric, value in result.figures.items():
+                values[result.configuration].setdefault(metric, {})[result.seed] = value
+    return values

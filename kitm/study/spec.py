@@ -11,6 +11,8 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
                     "--data_dir=tfrecords/synthetic_claims"]   # before every configuration's flags
     pinned_flags = ["--fused_update=false"]   # optional: settings whose launcher default changed after the study's
                                       # runs began, each at the value those runs had by default (below)
+    tuned_by = "studies/claims_tuning.toml"  # optional: the study whose [[tuning]] choices the configurations
+                                      # with a `tuned_arm` take (same common_flags and pinned_flags as this one)
     metrics = ["i2t_R@1", "t2i_NCS@10"]  # optional: the report's tables and plots (default: R@K, NCS@K, SR@K,
                                          # CS@K both ways and rsum, those the runs have; kitm.study.metrics)
 
@@ -31,6 +33,11 @@ naming the file and the key (``studies/claims.toml: configuration[2].flags[0]: .
     flags = ["--flagfile=launch/sam.flags", "--dataset=synthetic", "--relevance=truth"]
     seeds = [0, 1]                    # optional: run only these of the study's seeds (a side arm that needs
                                       # fewer); default every seed. --seeds still narrows it.
+
+    [[configuration]]                 # a configuration another study chose on validation (kitm.study.tuned):
+    name = "w2.sam"
+    tuned_arm = "sam"                 # an arm of the `tuned_by` spec's [[tuning]]: its chosen configuration's
+    flags = ["--data_dir=tfrecords/w2"]  # flags, then these (a later flag overrides an earlier one)
 
     [[prepare]]                       # optional, any number: run once, in order, before any run, unless
     creates = "tfrecords/claims/dataset.json"   # this path exists (e.g. build the world every run then shares)
@@ -110,11 +117,11 @@ STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
 STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "pinned_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim", "agreement", "prepare", "dose_response", "tuning"}
+             "configuration", "claim", "agreement", "prepare", "dose_response", "tuning", "tuned_by"}
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
-_CONFIGURATION_KEYS = {"name", "flags", "seeds"}
+_CONFIGURATION_KEYS = {"name", "flags", "seeds", "tuned_arm"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +129,9 @@ class Configuration:
     name: str
     flags: tuple[str, ...]
     seeds: tuple[int, ...] | None = None  # None: every seed of the study
+    # An arm of the `tuned_by` study: until kitm.study.tuned resolves it, `flags` are only this configuration's
+    # own; resolved, the chosen configuration's flags come first.
+    tuned_arm: str | None = None
 
     def runs_seed(self, seed: int) -> bool:
         return self.seeds is None or seed in self.seeds
@@ -173,6 +183,7 @@ class StudySpec:
     dose_responses: tuple[DoseResponse, ...] = ()
     pinned_flags: tuple[str, ...] = ()
     tuning: tuple[TuningArm, ...] = ()
+    tuned_by: pathlib.Path | None = None
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -192,7 +203,9 @@ class StudySpec:
                                "extra_args": list(self.evaluation.extra_args)},
                 "environment": dict(self.environment),
                 "configurations": [{"name": c.name, "flags": list(c.flags),
-                                    "seeds": None if c.seeds is None else list(c.seeds)} for c in self.configurations],
+                                    "seeds": None if c.seeds is None else list(c.seeds), "tuned_arm": c.tuned_arm}
+                                   for c in self.configurations],
+                "tuned_by": None if self.tuned_by is None else str(self.tuned_by),
                 "claims": [claim.as_dict() for claim in self.claims],
                 "agreement": None if self.agreement is None else self.agreement.as_dict(),
                 "prepare": [step.as_dict() for step in self.prepare],
@@ -253,11 +266,16 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
     tuning = parse_tuning(check, raw.get("tuning", []),
                           {c.name: frozenset(seeds if c.seeds is None else c.seeds) for c in configurations})
     _check_pairable(check, configurations, seeds, claims, dose_responses)
+    tuned_by = pathlib.Path(check.string(raw["tuned_by"], "tuned_by")) if "tuned_by" in raw else None
+    for i, configuration in enumerate(configurations):
+        if configuration.tuned_arm is not None and tuned_by is None:
+            raise check.fail(f"configuration[{i}].tuned_arm", "needs the top-level `tuned_by`: the spec of the "
+                                                              "study whose [[tuning]] arm it names.")
     return StudySpec(path=path, name=name, out_dir=out_dir, seeds=tuple(seeds), baseline=baseline,
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
                      prepare=tuple(prepare), dose_responses=dose_responses, pinned_flags=pinned_flags,
-                     tuning=tuning)
+                     tuning=tuning, tuned_by=tuned_by)
 
 
 def _parse_seeds(check: _Checker, seeds: object, key: str = "seeds") -> list[int]:
@@ -304,7 +322,9 @@ def _parse_configurations(check: _Checker, configurations_raw: object,
                 raise check.fail(f"{key}.seeds", f"seeds {outside} are not among the study's seeds {study_seeds}.")
         configuration = Configuration(name=check.string(entry["name"], f"{key}.name", pattern=_NAME),
                                       flags=check.flags(entry.get("flags", []), f"{key}.flags", STUDY_LAUNCH_FLAGS),
-                                      seeds=None if seeds is None else tuple(seeds))
+                                      seeds=None if seeds is None else tuple(seeds),
+                                      tuned_arm=(check.string(entry["tuned_arm"], f"{key}.tuned_arm")
+                                                 if "tuned_arm" in entry else None))
         if any(c.name == configuration.name for c in configurations):
             raise check.fail(f"{key}.name", f"{configuration.name!r} names two configurations.")
         configurations.append(configuration)
