@@ -19,6 +19,7 @@ from kitm.study.statistics import (
     power_of,
     seeds_needed,
 )
+from kitm.study.tuned import resolve as resolve_tuned
 
 # ------------------------------------------------------------------------------------------------------- power
 
@@ -347,6 +348,34 @@ def test_the_repository_studies_load_and_the_claims_study_fixes_its_effects_befo
     assert centers.improves == ("rsum",) and "fold100_rsum" in centers.views  # the 1K split decides, folds shown
     neighbourhoods = [claim for claim in papers if claim.name.startswith("Semantic neighbourhoods")]
     assert all({"NP_text@200", "NP_image@200"} <= set(c.improves) for c in neighbourhoods)
+
+
+def test_the_second_claims_study_trains_every_arm_as_tuned_on_three_worlds(repo_root, monkeypatch):
+    """studies/claims_worlds.toml (issue 31, items 2-4): every configuration a tuned arm, at least 10 seeds, every
+    claim pooled over worlds 0, 2 and 3 with each world's own pair, the paper's regimes among the claims."""
+    monkeypatch.chdir(repo_root)
+    spec = load_spec(repo_root / "studies" / "claims_worlds.toml")
+    assert len(spec.seeds) >= 10 and all(c.tuned_arm for c in spec.configurations)
+    resolved, records = resolve_tuned(spec)  # reads the committed tuning runs; arms still tuning wait
+    assert {r.configuration for r in records} == set(spec.configuration_names)
+    tuning = load_spec(repo_root / "studies" / "claims_tuning.toml")
+    for record in records:
+        if record.chosen is not None:  # the chosen configuration's flags first, then the world's own
+            chosen = tuning.configuration(record.chosen).flags
+            assert resolved.configuration(record.configuration).flags[:len(chosen)] == chosen
+    for claim in spec.claims:
+        assert claim.paper_cells and [label for label, _, _ in claim.block_pairs] == ["world 0", "world 2", "world 3"]
+        for label, configuration, baseline in claim.block_pairs:
+            prefix = f"w{label.split()[-1]}."
+            assert configuration.startswith(prefix) and baseline.startswith(prefix)
+    names = {claim.configuration: claim for claim in spec.claims}
+    assert names["w0.ladder_hn"].baseline == names["w0.ladder_adaptive_hn"].baseline == "w0.vsepp"
+    assert names["w0.sam_10pct_ref"].baseline == "w0.triplet_10pct"
+    subsets = [next(f for f in spec.configuration(f"w{w}.sam_10pct_ref").flags if "subset" in f) for w in (0, 2, 3)]
+    assert len(set(subsets)) == 3  # a different 10% subset in each world
+    nonliteral = names["w0.nonliteral_neighborhood"]
+    assert {"i2t_NWAY_R1@5", "t2i_NWAY_R1@5", "NP_text@200"} <= set(nonliteral.improves)
+    assert nonliteral.baseline == "w0.nonliteral_angular"
 
 
 # ------------------------------------------------------------------------------------------------------ report
