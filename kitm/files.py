@@ -111,12 +111,15 @@ def json_ready(value: object) -> object:
 
 
 def write_json_atomically(path: str | os.PathLike, payload: object, *, sort_keys: bool = False,
-                          strict: bool = True) -> pathlib.Path:
-    """`payload` as indented JSON, atomically. strict: NaN and infinities become null (strict JSON), else they
-    are written as Python's json writes them; objects json cannot write become their str()."""
+                          strict: bool = True, indent: int | None = 2) -> pathlib.Path:
+    """`payload` as JSON (indented by `indent`; None: one line without spaces), atomically. strict: NaN and
+    infinities become null (strict JSON), else they are written as Python's json writes them; objects json cannot
+    write become their str()."""
     if strict:
         payload = json_ready(payload)
-    text = json.dumps(payload, indent=2, sort_keys=sort_keys, allow_nan=not strict, default=str)
+    separators = (",", ":") if indent is None else None
+    text = json.dumps(payload, indent=indent, separators=separators, sort_keys=sort_keys, allow_nan=not strict,
+                      default=str)
     return write_text_atomically(path, text + "\n")
 
 

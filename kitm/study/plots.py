@@ -5,6 +5,9 @@
 - ``plots/recall_curves.png``: VSE++ recall R@K against K, one line per configuration with its 95% interval as a
   band, image -> text and text -> image side by side. ``plots/ncs_curves.png``: the same for NCS@K, when the runs
   were scored with relevance.
+  Both only for a study of at most :data:`MAX_PLOTTED_CONFIGURATIONS` configurations: with more, a bar chart is
+  several thousand pixels wide and a curve plot's legend longer than its axes (the report's tables hold every
+  figure), and a study's plots would weigh more than its runs' results in git.
 - ``plots/claims.png``: every claim part's paired improvement and interval beside 0 and the paper's effect
   (:mod:`kitm.study.claims_figure`).
 - ``plots/validation_curves.png``: the validation figure per epoch of the runs that validated while training
@@ -26,6 +29,7 @@ from kitm.study.validation_curves import curves_figure
 from kitm.study.claims_figure import claims_figure
 
 CLAIMS_PLOT = "claims.png"
+MAX_PLOTTED_CONFIGURATIONS = 30  # per-metric bars and curves above this many configurations are left out
 CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
 
@@ -125,10 +129,11 @@ def write_plots(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[pathlib.
     """Every plot of the module docstring under ``<out_dir>/plots``; returns the paths written."""
     plots_dir = pathlib.Path(out_dir) / "plots"
     written = []
-    for metric in analysis.metrics:
+    per_configuration = len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS
+    for metric in analysis.metrics if per_configuration else ():
         if any(metric in analysis.values[c] for c in analysis.configurations):
             written.append(metric_plot(analysis, metric, plots_dir / plot_name(metric)))
-    for name, (family, title) in CURVES.items():
+    for name, (family, title) in CURVES.items() if per_configuration else ():
         path = curve_plot(analysis, family, title, plots_dir / f"{name}.png")
         if path is not None:
             written.append(path)

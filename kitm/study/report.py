@@ -22,6 +22,7 @@ from kitm.study import commands
 from kitm.study.analysis import StudyAnalysis
 from kitm.files import write_json_atomically, write_text_atomically
 from kitm.study.metrics import decimals, lower_is_better
+from kitm.study.plots import MAX_PLOTTED_CONFIGURATIONS
 from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
 from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
@@ -407,6 +408,10 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
               f"{_seconds(sum((r.launch_seconds or 0) + (r.eval_seconds or 0) for r in analysis.results))} s", ""]
     if plots:
         lines += ["## Plots", ""]
+        if len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
+            lines += [f"No bar chart per metric and no R@K / NCS@K curves: they are drawn for at most "
+                      f"{MAX_PLOTTED_CONFIGURATIONS} configurations, and this study has "
+                      f"{len(analysis.configurations)} (the tables above hold every figure).", ""]
         lines += [f"![{path.stem}](plots/{path.name})" for path in plots]
         lines.append("")
     lines += _commands_section(analysis, out_dir)
@@ -478,5 +483,7 @@ def write_report(analysis: StudyAnalysis, out_dir: pathlib.Path, *, mode: str, s
     plots = write_plots(analysis, out_dir)
     markdown = write_text_atomically(out_dir / REPORT_MD, build_markdown(analysis, out_dir, invocation, plots,
                                                                          agreement))
-    payload = write_json_atomically(out_dir / REPORT_JSON, build_json(analysis, out_dir, invocation, plots, agreement))
+    # report.json is for programs: written without indentation (a study of hundreds of runs: megabytes in git)
+    payload = write_json_atomically(out_dir / REPORT_JSON, build_json(analysis, out_dir, invocation, plots, agreement),
+                                    indent=None)
     return {"markdown": markdown, "json": payload}

@@ -509,6 +509,25 @@ def test_metric_plot_is_legible(fake_study, tmp_path):
     with Image.open(study / "plots" / "i2t_NCS@10.png") as image:
         width, height = image.size
     assert width > 400 and height > 300
+    # report.json is for programs: one line, no indentation (megabytes in git for a study of hundreds of runs)
+    text = (study / "report.json").read_text()
+    assert text.count("\n") == 1 and ', "' not in text and json.loads(text)["plots"]
+
+
+def test_a_study_of_many_configurations_has_no_per_metric_plots(fake_study, monkeypatch):
+    """Above MAX_PLOTTED_CONFIGURATIONS, bar charts (one bar each) and curve legends are unreadable: left out,
+    and the report says so; the claims figure stays."""
+    from kitm.study import plots
+
+    spec_path, study = fake_study
+    monkeypatch.setattr(plots, "MAX_PLOTTED_CONFIGURATIONS", 1)
+    from kitm.study import report as report_module
+
+    monkeypatch.setattr(report_module, "MAX_PLOTTED_CONFIGURATIONS", 1)
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    names = {path.name for path in (study / "plots").iterdir()}
+    assert "claims.png" in names and not names & {"i2t_NCS@10.png", "recall_curves.png", "ncs_curves.png"}
+    assert "drawn for at most 1 configurations, and this study has 2" in (study / "report.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------- end to end
