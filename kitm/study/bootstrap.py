@@ -64,6 +64,15 @@ def components(metric: str) -> dict[str, str]:
     return {metric: direction if direction is not None else metric}
 
 
+def claim_arrays(spec) -> set[str]:
+    """The per-query arrays the bootstraps of `spec`'s claims can read: the components of each claim's parts, views
+    and truth-control metrics, and of each dose-response block's metrics."""
+    metrics = [m for claim in spec.claims for m in (*claim.improves, *claim.keeps, *claim.views,
+                                                     *claim.truth_control_metrics)]
+    metrics += [m for block in spec.dose_responses for m in block.metrics]
+    return {name for metric in metrics for name in components(metric)}
+
+
 @dataclasses.dataclass(frozen=True)
 class QueryBootstrap:
     """The per-query bootstrap of one claim part (module docstring); differences turned so that positive is better.

@@ -6,6 +6,7 @@
     python -m kitm.study --spec=studies/claims.toml --dry_run    # print the commands, run nothing
     python -m kitm.study --spec=studies/claims.toml --only=sam --seeds=3,4   # more seeds of one configuration
     python -m kitm.study --spec=studies/claims.toml --report_only            # the report from what exists
+    python -m kitm.study --spec=studies/claims.toml --prune_per_query        # smaller per-query files, then report
 
 ``--only`` and ``--seeds`` choose what runs; the report always covers every configuration of the spec over the
 seeds in effect (``--seeds``, else the spec's), from whatever runs exist on disk, so that a configuration run
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--report_only", action="store_true", help="Run nothing; report from the runs that exist.")
     mode.add_argument("--dry_run", action="store_true", help="Print what would run and the commands; write nothing.")
+    mode.add_argument("--prune_per_query", action="store_true",
+                      help="Run nothing; keep in each run's per-query file only the arrays the spec's claims "
+                           "bootstrap (their parts, views and truth-control metrics), then report as --report_only.")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="Progress bar over the runs on stderr (default on).")
     return parser
@@ -140,8 +144,23 @@ def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
     return payload
 
 
+def _prune_per_query(spec: StudySpec, plans: Sequence[runs.RunPlan]) -> None:
+    """Keep in each run's per-query file only the arrays the claims' bootstraps read (kitm.study.bootstrap)."""
+    from kitm.study.bootstrap import claim_arrays, per_query_path
+    from kitm.study.per_query_files import prune_file
+
+    keep = claim_arrays(spec)
+    files = [path for plan in plans if (path := per_query_path(plan.eval_json)).is_file()]
+    before = sum(path.stat().st_size for path in files)
+    pruned = sum(prune_file(path, keep) for path in files)
+    after = sum(path.stat().st_size for path in files)
+    print(f"{PROG}: {pruned} of {len(files)} per-query files pruned to the {len(keep)} arrays the claims read "
+          f"({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB).", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     started = time.monotonic()
+    args.report_only = args.report_only or args.prune_per_query  # pruning runs nothing either
     spec, tuned = resolve_tuned(load_spec(args.spec))
     waits = waiting_configurations(tuned)
     out_dir = pathlib.Path(args.out) if args.out else spec.out_dir
@@ -165,6 +184,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.dry_run:
         _dry_run(selected, [r for r in tuned if r.waiting and r.configuration in selected_names])
         return 0
+    if args.prune_per_query:
+        _prune_per_query(spec, plans)
     if not args.report_only:
         stale = [plan for plan in selected if runs.is_stale(plan, runs.read_status(plan))]
         if stale:

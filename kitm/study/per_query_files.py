@@ -204,5 +204,34 @@ def compact_file(path: str | os.PathLike, extra: Iterable[str] = ()) -> bool:
     return True
 
 
-__all__ = ["FORMAT_VERSION", "compact_file", "decode", "encode", "is_compact", "kept", "read_per_query",
+def prune_file(path: str | os.PathLike, keep: Iterable[str]) -> bool:
+    """Rewrite the per-query file at `path` (either format) in the compact format with only the arrays named in
+    `keep`, in place (a temporary file, then ``os.replace``); False when it holds nothing else (nothing written).
+    A full file is compacted first (:func:`compact_file`); a compact file's arrays read back exactly as before:
+    their values are float32 numbers or two levels already, which :func:`encode` keeps bit for bit."""
+    path = pathlib.Path(path)
+    keep = set(keep)
+    compacted = compact_file(path, extra=keep)
+    arrays = read_per_query(path)
+    kept_arrays = {name: values for name, values in arrays.items() if name in keep}
+    if len(kept_arrays) == len(arrays):
+        return compacted
+    members = encode(kept_arrays, extra=kept_arrays)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.pruning")
+    try:
+        with open(temporary, "wb") as handle:
+            np.savez_compressed(handle, **members)
+            handle.flush()
+            os.fsync(handle.fileno())
+        back = read_per_query(temporary)
+        if set(back) != set(kept_arrays) or any(back[n].tobytes() != arrays[n].tobytes() for n in back):
+            raise ValueError(f"{temporary}: the pruned file does not read back as the arrays it keeps")
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return True
+
+
+__all__ = ["FORMAT_VERSION", "compact_file", "decode", "encode", "is_compact", "kept", "prune_file", "read_per_query",
            "to_float32"]

@@ -435,6 +435,14 @@ def test_report_with_per_query_files(tmp_path, capsys):
                  "Someone et al. 2020, Table 2", "Truth control `better_truth` against `base`: **beats the baseline**",
                  "excludes the paper's effect", "SD of paired differences", "per-query bootstrap, pooled [95%]"):
         assert text in markdown, text
+    # --prune_per_query keeps only the arrays the claim reads; its bootstrap is the same from the pruned files
+    assert cli.main([f"--spec={path}", "--prune_per_query", "--no-progress"]) == 0
+    assert "8 of 8 per-query files pruned to the 3 arrays the claims read" in capsys.readouterr().err
+    kept = np.load(study / "runs" / "base" / "seed_0" / "study_eval.per_query.npz")["names"].tolist()
+    assert sorted(kept) == ["i2t_NCS@10", "i2t_R@1", "t2i_NCS@10"]
+    again = json.loads((study / "report.json").read_text())["claims"][0]
+    for part, before in zip(again["parts"], claim["parts"]):  # full files -> float32: within 1e-6 of a point
+        assert part["bootstrap"]["pooled"] == pytest.approx(before["bootstrap"]["pooled"], abs=1e-6)
 
 
 def test_report_without_per_query_files_says_so(tmp_path):

@@ -204,3 +204,35 @@ def test_the_runner_compacts_the_per_query_file_after_the_evaluation(tmp_path):
     np.testing.assert_array_equal(back["i2t_R@1"], [0.0, 100.0])
     assert abs(np.mean(back["i2t_NCS@10"]) - 0.1) < 1e-8
     assert sorted(p.name for p in plan.directory.iterdir() if "per_query" in p.name) == [path.name]
+
+
+def test_pruning_keeps_the_named_arrays_bit_for_bit_and_drops_the_rest(tmp_path):
+    full = _full(np.random.default_rng(3))
+    path = _write_full(tmp_path / "study_eval.per_query.npz", full)
+    compact_file(path)
+    before = read_per_query(path)
+    keep = {"i2t_R@1", "t2i_NCS@10", "i2t_CS@100", "fold100_i2t_R@1", "not_in_the_file"}
+    assert per_query_files.prune_file(path, keep) is True
+    after = read_per_query(path)
+    assert set(after) == keep - {"not_in_the_file"}
+    for name, values in after.items():  # float32 and two-level arrays, NaN included, exactly as before
+        assert values.tobytes() == before[name].tobytes(), name
+    assert per_query_files.prune_file(path, keep) is False  # nothing left to drop: not rewritten
+    assert not [p for p in tmp_path.iterdir() if p.name != path.name]  # no temporary file left behind
+    # kitm.eval's full format is pruned into the compact one
+    path = _write_full(tmp_path / "full.per_query.npz", full)
+    assert per_query_files.prune_file(path, {"t2i_R@5"}) is True
+    assert per_query_files.is_compact(path) and read_per_query(path)["t2i_R@5"].tobytes() == full["t2i_R@5"].tobytes()
+
+
+def test_the_claims_read_the_components_of_their_parts_views_and_controls(tmp_path):
+    from kitm.study.spec import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nseeds = [0, 1]\n[[configuration]]\nname = "a"\n[[configuration]]\nname = "b"\n'
+                    '[[configuration]]\nname = "c"\n[[claim]]\nname = "x"\nconfiguration = "b"\nbaseline = "a"\n'
+                    'improves = ["rsum", "t2i_NCS@10"]\nkeeps = ["i2t_R@1"]\nkeep_tolerance = 2.0\nviews = ["fold100_t2i_R@1"]\n'
+                    'truth_control = "c"\ntruth_control_metrics = ["i2t_CS@100"]\n')
+    assert bootstrap.claim_arrays(load_spec(spec)) == {
+        "i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "t2i_NCS@10", "fold100_t2i_R@1",
+        "i2t_CS@100"}
