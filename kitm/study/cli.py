@@ -7,6 +7,7 @@
     python -m kitm.study --spec=studies/claims.toml --only=sam --seeds=3,4   # more seeds of one configuration
     python -m kitm.study --spec=studies/claims.toml --report_only            # the report from what exists
     python -m kitm.study --spec=studies/claims.toml --prune_per_query        # smaller per-query files, then report
+    python -m kitm.study --spec=studies/claims.toml --collect_from=../study-run   # runs a worktree finished
 
 ``--only`` and ``--seeds`` choose what runs; the report always covers every configuration of the spec over the
 seeds in effect (``--seeds``, else the spec's), from whatever runs exist on disk, so that a configuration run
@@ -59,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--report_only", action="store_true", help="Run nothing; report from the runs that exist.")
     mode.add_argument("--dry_run", action="store_true", help="Print what would run and the commands; write nothing.")
+    mode.add_argument("--collect_from", metavar="CHECKOUT",
+                      help="Run nothing; copy the runs done in another checkout of this repository (the folder the "
+                           "study ran from, e.g. a git worktree) and not here: their result JSON files, without "
+                           "indentation (kitm/study/collect.py). With --per_query, their per-query files too.")
+    parser.add_argument("--per_query", action="store_true",
+                        help="With --collect_from: copy the runs' per-query files as well (for a per-query bootstrap).")
     mode.add_argument("--prune_per_query", action="store_true",
                       help="Run nothing; keep in each run's per-query file only the arrays the spec's claims "
                            "bootstrap (their parts, views and truth-control metrics), then report as --report_only.")
@@ -158,9 +165,25 @@ def _prune_per_query(spec: StudySpec, plans: Sequence[runs.RunPlan]) -> None:
           f"({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB).", file=sys.stderr)
 
 
+def _collect(plans: Sequence[runs.RunPlan], checkout: pathlib.Path, per_query: bool) -> int:
+    from kitm.study.collect import collect_runs
+
+    if not checkout.is_dir():
+        raise CliError(f"--collect_from={checkout}: no such folder (the checkout the other study ran from).")
+    copied = collect_runs(plans, checkout, per_query=per_query)
+    for plan in copied:
+        print(f"collected {plan.directory}")
+    print(f"{len(copied)} run(s) collected from {checkout}; "
+          f"{sum(runs.run_state(plan) == runs.DONE for plan in plans)} of {len(plans)} runs done here.")
+    return 0
+
+
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     started = time.monotonic()
-    args.report_only = args.report_only or args.prune_per_query  # pruning runs nothing either
+    if args.per_query and args.collect_from is None:
+        raise CliError("--per_query goes with --collect_from.")
+    # pruning and collecting run nothing either
+    args.report_only = args.report_only or args.prune_per_query or args.collect_from is not None
     spec, tuned = resolve_tuned(load_spec(args.spec))
     waits = waiting_configurations(tuned)
     out_dir = pathlib.Path(args.out) if args.out else spec.out_dir
@@ -186,6 +209,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     if args.prune_per_query:
         _prune_per_query(spec, plans)
+    if args.collect_from is not None:
+        return _collect(selected, pathlib.Path(args.collect_from), args.per_query)
     if not args.report_only:
         stale = [plan for plan in selected if runs.is_stale(plan, runs.read_status(plan))]
         if stale:

@@ -1,10 +1,12 @@
 """kitm.study: spec validation, the runner's resume and failure handling (with a stand-in interpreter), reports
 built from hand-made eval JSONs (a study through the real launcher and kitm.eval: tests/end_to_end/test_study.py)."""
 
+import dataclasses
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import textwrap
 
@@ -603,3 +605,48 @@ def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
 
     assert _data_warnings([result("python -m kitm.launch --dataset=synthetic --data_dir=tfrecords/pinned")], []) == []
     assert "asked for --synthetic_num_scenes=3000" in _data_warnings([result("python -m kitm.launch")], [])[0]
+
+
+def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_path, monkeypatch, capsys):
+    """--collect_from: the runs done in the other checkout and not here arrive as their JSON files, without
+    indentation and with the same content; no per-query file unless --per_query; failed, missing and local runs
+    are left alone; a run the other checkout made with another command (a changed spec) is not done there."""
+    spec_path, study = fake_study  # every run of `study` is done
+    other = tmp_path / "other"
+    monkeypatch.chdir(tmp_path)
+    relative = study.relative_to(tmp_path)
+    spec_text = spec_path.read_text().replace(f'out_dir = "{study}"', f'out_dir = "{relative}"')
+    spec_path.write_text(spec_text)
+    plans = runs.plan_runs(load_spec(spec_path), relative, ["base", "better"], [0, 1, 2])
+    shutil.copytree(study, other / relative)  # the other checkout: the same runs, done there
+    for plan in plans:  # give them statuses recorded with the spec's commands (done) and a per-query file
+        source = other / plan.directory
+        runs.write_status(dataclasses.replace(plan, directory=source), {**runs.new_status(plan, "python"),
+                                                                        "state": "done"})
+        (source / "study_eval.per_query.npz").write_bytes(b"npz")
+    failed = other / plans[1].directory / "study_status.json"
+    failed.write_text(json.dumps({**json.loads(failed.read_text()), "state": "failed"}))
+    (other / plans[1].directory / "study_eval.json").unlink()
+    changed = other / plans[2].directory / "study_status.json"
+    changed.write_text(json.dumps({**json.loads(changed.read_text()), "launch_args": ["-m", "kitm.launch"]}))
+    shutil.rmtree(study / "runs")
+    keep_here = study / "runs" / "base" / "seed_0"  # done here already: left as it is
+    shutil.copytree(other / plans[0].directory, keep_here)
+    (keep_here / "study_eval.json").write_text('{"flat": {"i2t_R@1": 1.0}, "rsum": 1.0}')
+
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={other}"]) == 0
+    out = capsys.readouterr().out
+    assert "3 run(s) collected from" in out and "4 of 6 runs done here" in out
+    for plan in plans[3:]:
+        for name in ("study_eval.json", "study_status.json"):
+            text = (plan.directory / name).read_text()
+            assert "\n" not in text.strip() and json.loads(text) == json.loads((other / plan.directory / name).read_text())
+        assert not (plan.directory / "study_eval.per_query.npz").exists()
+        assert runs.run_state(plan) == runs.DONE
+    assert not plans[1].directory.exists() and not plans[2].directory.exists()
+    assert json.loads((keep_here / "study_eval.json").read_text())["rsum"] == 1.0
+    shutil.rmtree(plans[3].directory)
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={other}", "--per_query", "--only=better"]) == 0
+    assert (plans[3].directory / "study_eval.per_query.npz").read_bytes() == b"npz"
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={tmp_path / 'nowhere'}"]) == 2
+    assert "no such folder" in capsys.readouterr().err
