@@ -178,6 +178,27 @@ def read_per_query(path: str | os.PathLike) -> dict[str, np.ndarray]:
         return {name: np.asarray(data[name], dtype=np.float64) for name in data.files}
 
 
+def _replace_with(path: pathlib.Path, members: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray] | None,
+                  purpose: str) -> None:
+    """Write the compact archive `members` under a temporary name beside `path`, check that it reads back (every
+    member array, of the right length; with `expected`, each array bit for bit), then ``os.replace`` it over
+    `path`: a process killed before leaves `path` as it was."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{purpose}")
+    try:
+        with open(temporary, "wb") as handle:
+            np.savez_compressed(handle, **members)
+            handle.flush()
+            os.fsync(handle.fileno())
+        back = read_per_query(temporary)  # what a reader will get
+        if set(back) != set(members["names"].tolist()) or (
+                expected is not None and any(back[n].tobytes() != expected[n].tobytes() for n in back)):
+            raise ValueError(f"{temporary}: the compact file does not read back")
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
 def compact_file(path: str | os.PathLike, extra: Iterable[str] = ()) -> bool:
     """Rewrite kitm.eval's full per-query file at `path` in the compact format, in place: written under a temporary
     name in the same folder, then ``os.replace`` (a process killed before leaves the full file as it was). False
@@ -187,20 +208,7 @@ def compact_file(path: str | os.PathLike, extra: Iterable[str] = ()) -> bool:
         if "format" in data.files:
             return False
         arrays = {name: np.asarray(data[name], dtype=np.float64) for name in data.files}
-    members = encode(arrays, extra)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.compacting")
-    try:
-        with open(temporary, "wb") as handle:
-            np.savez_compressed(handle, **members)
-            handle.flush()
-            os.fsync(handle.fileno())
-        decoded = read_per_query(temporary)  # what a reader will get: every kept array, of the right length
-        if set(decoded) != set(members["names"].tolist()):
-            raise ValueError(f"{temporary}: the compact file does not read back")
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    _replace_with(path, encode(arrays, extra), None, "compacting")
     return True
 
 
@@ -216,20 +224,7 @@ def prune_file(path: str | os.PathLike, keep: Iterable[str]) -> bool:
     kept_arrays = {name: values for name, values in arrays.items() if name in keep}
     if len(kept_arrays) == len(arrays):
         return compacted
-    members = encode(kept_arrays, extra=kept_arrays)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.pruning")
-    try:
-        with open(temporary, "wb") as handle:
-            np.savez_compressed(handle, **members)
-            handle.flush()
-            os.fsync(handle.fileno())
-        back = read_per_query(temporary)
-        if set(back) != set(kept_arrays) or any(back[n].tobytes() != arrays[n].tobytes() for n in back):
-            raise ValueError(f"{temporary}: the pruned file does not read back as the arrays it keeps")
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    _replace_with(path, encode(kept_arrays, extra=kept_arrays), kept_arrays, "pruning")
     return True
 
 
