@@ -250,7 +250,8 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
             tuned: tuple[TunedConfiguration, ...] = ()) -> StudyAnalysis:
     """Every number of the report from the runs' results (missing and failed runs simply contribute nothing);
     `tuned`: the spec's tuned configurations as :func:`kitm.study.tuned.resolve` found them."""
-    configurations = spec.configuration_names
+    waits = [record.configuration for record in tuned if record.waiting]
+    configurations = tuple(name for name in spec.configuration_names if name not in waits)  # not reported yet
     values = values_by_configuration(results, configurations)
     available = sorted({metric for per_metric in values.values() for metric in per_metric})
     metrics = list(spec.metrics) if spec.metrics is not None else default_metrics(available)
@@ -265,7 +266,6 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
                              results=list(results), metrics=metrics, available=available, values=values,
                              aggregates=aggregates, comparisons={}, claims=[], flag_differences={}, datasets=[],
                              warnings=warnings, tuned=tuple(tuned))
-    waits = [record.configuration for record in tuned if record.waiting]
     if waits:
         warnings.append(f"{len(waits)} configuration(s) wait for their arm's choice on validation (not run, not in "
                         f"the figures; the section on tuned configurations): {', '.join(waits)}")
@@ -275,6 +275,13 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
                 metric: comparison for metric in available
                 if (comparison := analysis.comparison(configuration, spec.baseline, metric)) is not None}
     for claim in spec.claims:
+        compared = {claim.configuration, claim.baseline, claim.truth_control,
+                    *(c for _, *pair in claim.block_pairs for c in pair)}
+        waiting = sorted(c for c in compared if c in waits)
+        if waiting:  # judged once every configuration it compares has its arm's choice
+            warnings.append(f"claim {claim.name!r} is not judged yet: {', '.join(waiting)} wait(s) for the arm's "
+                            "choice on validation")
+            continue
         for metric in (*claim.improves, *claim.keeps):
             if metric not in available and available:
                 warnings.append(f"claim {claim.name!r}: metric {metric!r} is in no run's evaluation")

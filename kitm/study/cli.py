@@ -153,13 +153,23 @@ def _agreement(spec: StudySpec, out_dir: pathlib.Path) -> dict | None:
 
 def _prune_per_query(spec: StudySpec, plans: Sequence[runs.RunPlan]) -> None:
     """Keep in each run's per-query file only the arrays the claims' bootstraps read (kitm.study.bootstrap)."""
+    import zipfile
+
     from kitm.study.bootstrap import claim_arrays, per_query_path
     from kitm.study.per_query_files import prune_file
 
     keep = claim_arrays(spec)
+    if not keep:  # pruning to nothing would empty every file, for good
+        raise CliError(f"{spec.path}: no claim of the spec reads per-query arrays; --prune_per_query would empty "
+                       "every per-query file. Nothing was changed.")
     files = [path for plan in plans if (path := per_query_path(plan.eval_json)).is_file()]
     before = sum(path.stat().st_size for path in files)
-    pruned = sum(prune_file(path, keep) for path in files)
+    pruned = 0
+    for path in files:
+        try:
+            pruned += prune_file(path, keep)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            print(f"{PROG}: warning: {path}: not a readable per-query file, left as it is ({error})", file=sys.stderr)
     after = sum(path.stat().st_size for path in files)
     print(f"{PROG}: {pruned} of {len(files)} per-query files pruned to the {len(keep)} arrays the claims read "
           f"({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB).", file=sys.stderr)
@@ -170,10 +180,17 @@ def _collect(plans: Sequence[runs.RunPlan], checkout: pathlib.Path, per_query: b
 
     if not checkout.is_dir():
         raise CliError(f"--collect_from={checkout}: no such folder (the checkout the other study ran from).")
-    copied = collect_runs(plans, checkout, per_query=per_query)
-    for plan in copied:
+    if any(plan.directory.is_absolute() for plan in plans):
+        raise CliError("--collect_from needs the study folder relative to the checkout (the spec's out_dir or "
+                       "--out): an absolute one names the same folder in both.")
+    found = collect_runs(plans, checkout, per_query=per_query)
+    for plan in found.copied:
         print(f"collected {plan.directory}")
-    print(f"{len(copied)} run(s) collected from {checkout}; "
+    if found.stale_here:
+        print(f"{PROG}: warning: {len(found.stale_here)} run(s) done in {checkout} with other commands than this "
+              f"checkout's spec gives (not collected): "
+              f"{', '.join(f'{p.configuration}/seed_{p.seed}' for p in found.stale_here)}", file=sys.stderr)
+    print(f"{len(found.copied)} run(s) collected from {checkout}; "
           f"{sum(runs.run_state(plan) == runs.DONE for plan in plans)} of {len(plans)} runs done here.")
     return 0
 
@@ -197,6 +214,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         # Not an error (the report is still written), but a loop over seeds should say why a seed did nothing.
         own = [f"{c.name} runs seeds {list(c.seeds)}" for c in spec.configurations
                if c.name in selected_names and c.seeds is not None]
+        own += [f"{name} waits for its arm's choice" for name in selected_names if name in waits]
         print(f"{PROG}: note: no run is selected by --seeds={','.join(map(str, seeds))}"
               + (f" (of the configurations asked, {'; '.join(own)})" if own else "") + ".", file=sys.stderr)
     if waits and not args.report_only:
@@ -217,7 +235,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise CliError(f"{len(stale)} run folder(s) were started with other launch commands than {spec.path} "
                            f"gives now (recorded in their {commands.STATUS_FILE}): "
                            f"{', '.join(str(p.directory) for p in stale)}; delete them to run them again, or restore "
-                           "the spec.")
+                           "the spec" + (f" (or, for a configuration with `tuned_arm`, the results of {spec.tuned_by}: "
+                                         "its arm's choice decides the command)" if tuned else "") + ".")
         from kitm.study.runner import run_all
 
         _prepare(spec, out_dir)
@@ -230,6 +249,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     results = [collect(plan, spec.evaluation.split) for plan in plans]
     analysis = analyse(spec, results, seeds, tuned)
+    evaluated = sorted(f"{name}/{path.parent.name}" for name in waits
+                       for path in (out_dir / "runs" / name).glob(f"seed_*/{commands.EVAL_FILE}"))
+    if evaluated:  # an arm that waits again (its grid extended, a tuning run gone): its runs are not reported
+        analysis.warnings.append(f"evaluated runs of configurations that wait for their arm's choice are not in the "
+                                 f"figures: {', '.join(evaluated)}")
     outside = runs.runs_outside_own_seeds(spec, out_dir)
     if outside:
         analysis.warnings.append(f"evaluated runs at seeds their configuration's `seeds` leave out are not in the "

@@ -406,7 +406,7 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
               f"- this invocation ({invocation['mode']}): {_seconds(invocation['seconds'])} s",
               f"- every run's launch and eval attempts together: "
               f"{_seconds(sum((r.launch_seconds or 0) + (r.eval_seconds or 0) for r in analysis.results))} s", ""]
-    if plots:
+    if plots or len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
         lines += ["## Plots", ""]
         if len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
             lines += [f"No bar chart per metric and no R@K / NCS@K curves: they are drawn for at most "

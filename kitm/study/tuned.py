@@ -13,8 +13,8 @@ earlier one: another world's ``--data_dir``, another relevance source)::
 
 :func:`resolve` reads the tuning study's runs (its ``out_dir``, as ``--report_only`` would) and applies its
 ``[[tuning]]`` rule (:func:`kitm.study.tuning.choose`). A configuration whose arm is not chosen yet (a run of the
-grid missing) *waits*: the study neither runs nor reports it, and says so; it runs on a later invocation, once the
-grid is complete. A choice cannot change afterwards unless the tuning study's results change, and then the runs
+grid missing) *waits*: the study neither runs nor reports it, judges no claim that compares it, and says so; it
+runs on a later invocation, once the grid is complete. A choice cannot change afterwards unless the tuning study's results change, and then the runs
 already made are refused as started by another command (kitm.study.runs, ``stale``).
 
 The two studies must share ``common_flags`` and ``pinned_flags``: the chosen flags were tuned on top of the tuning
@@ -53,7 +53,10 @@ def resolve(spec: StudySpec) -> tuple[StudySpec, tuple[TunedConfiguration, ...]]
     tuned = [(i, c) for i, c in enumerate(spec.configurations) if c.tuned_arm is not None]
     if not tuned:
         return spec, ()
-    tuning_spec = load_spec(spec.tuned_by)
+    try:
+        tuning_spec = load_spec(spec.tuned_by)
+    except SpecError as error:
+        raise SpecError(f"{spec.path}: tuned_by: {error}") from None
     for key in ("common_flags", "pinned_flags"):
         if getattr(tuning_spec, key) != getattr(spec, key):
             raise SpecError(f"{spec.path}: tuned_by: {tuning_spec.path}'s {key} differ from this spec's "

@@ -236,3 +236,18 @@ def test_the_claims_read_the_components_of_their_parts_views_and_controls(tmp_pa
     assert bootstrap.claim_arrays(load_spec(spec)) == {
         "i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "t2i_NCS@10", "fold100_t2i_R@1",
         "i2t_CS@100"}
+
+
+def test_pruning_a_study_without_claims_is_refused_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    from kitm.study import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text('name = "s"\nout_dir = "study"\nseeds = [0]\n[[configuration]]\nname = "a"\n')
+    run = tmp_path / "study" / "runs" / "a" / "seed_0"
+    run.mkdir(parents=True)
+    (run / "study_eval.json").write_text('{"flat": {"i2t_R@1": 1.0}, "rsum": 1.0}')
+    path = _write_full(run / "study_eval.per_query.npz", _full(np.random.default_rng(0)))
+    before = path.read_bytes()
+    assert cli.main(["--spec=s.toml", "--prune_per_query", "--no-progress"]) == 2
+    assert "no claim of the spec reads per-query arrays" in capsys.readouterr().err
+    assert path.read_bytes() == before

@@ -635,8 +635,9 @@ def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_p
     (keep_here / "study_eval.json").write_text('{"flat": {"i2t_R@1": 1.0}, "rsum": 1.0}')
 
     assert cli.main([f"--spec={spec_path}", f"--collect_from={other}"]) == 0
-    out = capsys.readouterr().out
-    assert "3 run(s) collected from" in out and "4 of 6 runs done here" in out
+    captured = capsys.readouterr()
+    assert "3 run(s) collected from" in captured.out and "4 of 6 runs done here" in captured.out
+    assert "1 run(s) done in" in captured.err and "with other commands" in captured.err and "base/seed_1" in captured.err
     for plan in plans[3:]:
         for name in ("study_eval.json", "study_status.json"):
             text = (plan.directory / name).read_text()
@@ -645,8 +646,26 @@ def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_p
         assert runs.run_state(plan) == runs.DONE
     assert not plans[1].directory.exists() and not plans[2].directory.exists()
     assert json.loads((keep_here / "study_eval.json").read_text())["rsum"] == 1.0
+    # a local folder that is not done (a killed copy, an old evaluation): its old files go before the copy
+    (plans[3].directory / "study_eval.json").write_text('{"flat": {}, "rsum": 0.0}')
+    (plans[3].directory / "study_status.json").unlink()
+    (plans[3].directory / "study_eval.per_query.npz").write_bytes(b"old")
+    status = json.loads((plans[3].directory / "study_eval.json").read_text())
+    runs.write_status(plans[3], {**runs.new_status(plans[3], "python"), "eval_args": ["other"], "state": "done"})
+    assert runs.run_state(plans[3]) != runs.DONE
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={other}", "--only=better"]) == 0
+    assert runs.run_state(plans[3]) == runs.DONE and not (plans[3].directory / "study_eval.per_query.npz").exists()
+    assert json.loads((plans[3].directory / "study_eval.json").read_text()) != status
     shutil.rmtree(plans[3].directory)
     assert cli.main([f"--spec={spec_path}", f"--collect_from={other}", "--per_query", "--only=better"]) == 0
     assert (plans[3].directory / "study_eval.per_query.npz").read_bytes() == b"npz"
+    # a run whose evaluation exists while its status still says running is not collected yet
+    shutil.rmtree(plans[5].directory)
+    running = other / plans[5].directory / "study_status.json"
+    running.write_text(json.dumps({**json.loads(running.read_text()), "state": "running"}))
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={other}"]) == 0
+    assert not plans[5].directory.exists()
     assert cli.main([f"--spec={spec_path}", f"--collect_from={tmp_path / 'nowhere'}"]) == 2
     assert "no such folder" in capsys.readouterr().err
+    assert cli.main([f"--spec={spec_path}", f"--collect_from={other}", f"--out={study}"]) == 2  # absolute
+    assert "needs the study folder relative to the checkout" in capsys.readouterr().err

@@ -58,6 +58,16 @@ tuned_arm = "b"
 [[configuration]]
 name = "plain"
 flags = ["--loss=angular"]
+[[claim]]
+name = "b beats a"
+configuration = "w0.b"
+baseline = "w0.a"
+improves = ["rsum"]
+[[claim]]
+name = "a in world 2"
+configuration = "w2.a"
+baseline = "w0.a"
+improves = ["rsum"]
 """
 
 
@@ -125,6 +135,9 @@ def test_the_report_names_each_tuned_configuration_and_what_waits(studies):
     records = {r["configuration"]: r for r in report["tuned_configurations"]}
     assert records["w2.a"]["chosen"] == "a_m0.1" and records["w0.b"]["chosen"] is None
     assert not any(run["configuration"] == "w0.b" for run in report["runs"])
+    assert "w0.b" not in report["aggregates"] and "w2.a" in report["aggregates"]  # no empty column for it
+    assert [claim["name"] for claim in report["claims"]] == ["a in world 2"]  # the other compares w0.b
+    assert any("claim 'b beats a' is not judged yet: w0.b wait(s)" in warning for warning in report["warnings"])
     assert any("wait for their arm's choice" in warning and "w0.b" in warning for warning in report["warnings"])
     markdown = (tmp_path / "claims" / "report.md").read_text()
     assert "| w2.a | a | a_m0.1 |" in markdown and "| w0.b | b | (waits) |" in markdown
@@ -155,5 +168,17 @@ def test_studies_with_other_common_flags_are_refused(studies):
 def test_a_missing_tuning_spec_is_named(studies):
     tmp_path, claims = studies
     (tmp_path / "tune.toml").unlink()
-    with pytest.raises(SpecError, match=r"tune\.toml: no such spec file"):
+    with pytest.raises(SpecError, match=r"claims\.toml: tuned_by: .*tune\.toml: no such spec file"):
         resolve(load_spec(claims))
+
+
+def test_runs_of_a_configuration_that_waits_again_are_named(studies):
+    """An arm whose grid grows again (its choice undone) leaves evaluated runs that the report cannot show: it
+    says which."""
+    tmp_path, claims = studies
+    run = tmp_path / "claims" / "runs" / "w0.b" / "seed_1"
+    run.mkdir(parents=True)
+    (run / "study_eval.json").write_text(json.dumps({"flat": {}, "rsum": 1.0}))
+    assert cli.main([f"--spec={claims}", "--report_only", "--no-progress"]) == 0
+    report = json.loads((tmp_path / "claims" / "report.json").read_text())
+    assert any("wait for their arm's choice are not in the figures: w0.b/seed_1" in w for w in report["warnings"])
