@@ -24,7 +24,7 @@ from kitm.study.commands import overridden_common_flags
 from kitm.study.metrics import default_metrics, lower_is_better
 from kitm.study.results import RunResult, values_by_configuration
 from kitm.study.spec import StudySpec
-from kitm.study.tuned import TunedConfiguration
+from kitm.study.tuned import TunedConfiguration, waiting as waiting_configurations
 from kitm.study.statistics import Interval, PairedComparison, blocked_comparison, paired_comparison, t_interval
 from kitm.study.provenance import changed_files
 from kitm.study.validation_curves import collect_curves
@@ -250,7 +250,7 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
             tuned: tuple[TunedConfiguration, ...] = ()) -> StudyAnalysis:
     """Every number of the report from the runs' results (missing and failed runs simply contribute nothing);
     `tuned`: the spec's tuned configurations as :func:`kitm.study.tuned.resolve` found them."""
-    waits = [record.configuration for record in tuned if record.waiting]
+    waits = waiting_configurations(tuned)
     configurations = tuple(name for name in spec.configuration_names if name not in waits)  # not reported yet
     values = values_by_configuration(results, configurations)
     available = sorted({metric for per_metric in values.values() for metric in per_metric})
@@ -268,7 +268,7 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
                              warnings=warnings, tuned=tuple(tuned))
     if waits:
         warnings.append(f"{len(waits)} configuration(s) wait for their arm's choice on validation (not run, not in "
-                        f"the figures; the section on tuned configurations): {', '.join(waits)}")
+                        f"the figures; the section on tuned configurations): {', '.join(sorted(waits))}")
     for configuration in configurations:
         if configuration != spec.baseline:
             analysis.comparisons[configuration] = {
