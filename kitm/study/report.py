@@ -1,7 +1,9 @@
 """The study's report: ``report.md`` for people, ``report.json`` for programs, both written atomically.
 
 ``report.json`` holds everything: the spec, every run (state, figures, wall times, failure, dataset, commands),
-per-configuration aggregates and paired comparisons against the baseline for every metric the runs have, the
+per-configuration aggregates and paired comparisons against the baseline for every metric the runs have (above
+:data:`~kitm.study.plots.MAX_PLOTTED_CONFIGURATIONS` configurations, for the shown metrics only, the runs' figures
+too: the rest are in each run's eval JSON), the
 claims with the numbers behind each verdict, the warnings, and the commands that regenerate the study.
 ``report.md`` opens with a summary table, one row per claim (verdict, the interval it rests on, the paper's gain,
 the seeds that gain needs), then each claim's parts with their interval, the paper's effect, the power columns and
@@ -340,9 +342,21 @@ def _commands_section(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[st
     lines = ["## Regenerate", "", "```bash",
              f"{commands.study_command(spec_path, out_dir)}  # runs what is missing, then reports",
              f"{commands.study_command(spec_path, out_dir, '--report_only')}  # the report from what exists",
-             "```", "", "<details><summary>Every run's commands</summary>", "", "```bash"]
+             "```", "", "<details><summary>Each configuration's commands</summary>", "", "```bash"]
+    # One seed's commands per configuration: the others differ only in --seed and the seed_<n> run folder (a
+    # study of hundreds of runs would otherwise repeat every command line once a seed; report.json has each).
+    seeds: dict[str, list[int]] = {}
     for result in analysis.results:
-        lines += [result.launch_command, result.eval_command]
+        seeds.setdefault(result.configuration, []).append(result.seed)
+    shown = set()
+    for result in analysis.results:
+        if result.configuration in shown:
+            continue
+        shown.add(result.configuration)
+        others = [seed for seed in seeds[result.configuration] if seed != result.seed]
+        note = (f"; seeds {', '.join(map(str, others))}: the same with their --seed and seed_<n> folder"
+                if others else "")
+        lines += [f"# {result.configuration}, seed {result.seed}{note}", result.launch_command, result.eval_command]
     return lines + ["```", "", "</details>", ""]
 
 
@@ -411,16 +425,35 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
         if len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
             lines += [f"No bar chart per metric and no R@K / NCS@K curves: they are drawn for at most "
                       f"{MAX_PLOTTED_CONFIGURATIONS} configurations, and this study has "
-                      f"{len(analysis.configurations)} (the tables above hold every figure).", ""]
+                      f"{len(analysis.configurations)} (the tables above hold every figure; report.json "
+                      f"aggregates, compares and lists per run these metrics only: every figure of a run is in its "
+                      f"run folder's eval JSON).", ""]
         lines += [f"![{path.stem}](plots/{path.name})" for path in plots]
         lines.append("")
     lines += _commands_section(analysis, out_dir)
     return "\n".join(lines)
 
 
+def json_aggregated_metrics(analysis: StudyAnalysis) -> list[str]:
+    """The metrics report.json aggregates, compares and lists per run: every metric the runs have, or, in a study
+    of more than MAX_PLOTTED_CONFIGURATIONS configurations, the shown ones (analysis.metrics): hundreds of runs and
+    configurations on some sixty metrics would be megabytes in git. Every figure of a run stays in its run folder's
+    eval JSON, and the claims carry their own numbers."""
+    if len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS:
+        return list(analysis.available)
+    return [metric for metric in analysis.available if metric in analysis.metrics]
+
+
+def _run_entry(result, metrics: Sequence[str]) -> dict[str, object]:
+    entry = result.as_dict()
+    entry["figures"] = {metric: value for metric, value in result.figures.items() if metric in metrics}
+    return entry
+
+
 def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                plots: Sequence[pathlib.Path], agreement: dict | None = None) -> dict:
     spec = analysis.spec
+    aggregated = json_aggregated_metrics(analysis)
     return {
         "kitm_version": kitm.__version__,
         "study": spec.as_dict(),
@@ -431,11 +464,13 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "metrics": analysis.metrics,
         "available_metrics": analysis.available,
         "lower_is_better": [m for m in analysis.available if lower_is_better(m)],
-        "runs": [result.as_dict() for result in analysis.results],
-        "aggregates": {c: {m: interval.as_dict() for m, interval in per_metric.items()}
+        "runs": [_run_entry(result, aggregated) for result in analysis.results],
+        "aggregated_metrics": aggregated,
+        "aggregates": {c: {m: interval.as_dict() for m, interval in per_metric.items() if m in aggregated}
                        for c, per_metric in analysis.aggregates.items()},
         "comparisons": {c: {"baseline": spec.baseline, "metrics": {m: comparison.as_dict()
-                                                                   for m, comparison in per_metric.items()}}
+                                                                   for m, comparison in per_metric.items()
+                                                                   if m in aggregated}}
                         for c, per_metric in analysis.comparisons.items()},
         "claims": [claim.as_dict() for claim in analysis.claims],
         "claims_summary": [{"name": claim.name, "verdict": claim.verdict, "key_interval": key_interval(claim),

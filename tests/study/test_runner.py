@@ -529,7 +529,27 @@ def test_a_study_of_many_configurations_has_no_per_metric_plots(fake_study, monk
     assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
     names = {path.name for path in (study / "plots").iterdir()}
     assert "claims.png" in names and not names & {"i2t_NCS@10.png", "recall_curves.png", "ncs_curves.png"}
-    assert "drawn for at most 1 configurations, and this study has 2" in (study / "report.md").read_text()
+    markdown = (study / "report.md").read_text()
+    assert "drawn for at most 1 configurations, and this study has 2" in markdown
+    # report.json aggregates, compares and lists per run the shown metrics only; the runs' eval JSON keep the rest
+    report = json.loads((study / "report.json").read_text())
+    shown = set(report["metrics"])
+    assert set(report["aggregated_metrics"]) <= shown < set(report["available_metrics"])
+    assert set(report["aggregates"]["better"]) <= shown and set(report["comparisons"]["better"]["metrics"]) <= shown
+    assert report["runs"][0]["figures"] and set(report["runs"][0]["figures"]) <= shown
+    assert "i2t_medr" not in report["aggregates"]["base"]
+    # the markdown lists one seed's commands per configuration, naming the other seeds
+    commands = markdown.split("Each configuration's commands", 1)[1]
+    assert commands.count("python -m kitm.launch") == 2
+    assert "# base, seed 0; seeds 1, 2: the same with their --seed and seed_<n> folder" in commands
+
+
+def test_a_small_study_aggregates_every_metric_in_its_json_report(fake_study):
+    spec_path, study = fake_study
+    assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
+    report = json.loads((study / "report.json").read_text())
+    assert report["aggregated_metrics"] == report["available_metrics"]
+    assert "i2t_medr" in report["aggregates"]["base"] and "i2t_medr" in report["runs"][0]["figures"]
 
 
 # ---------------------------------------------------------------------------------------------- end to end
