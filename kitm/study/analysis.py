@@ -45,7 +45,7 @@ class StudyAnalysis:
     available: list[str]  # every metric some run has (the JSON report covers all of them)
     values: dict[str, dict[str, dict[int, float]]]  # configuration -> metric -> seed -> value
     aggregates: dict[str, dict[str, Interval]]
-    comparisons: dict[str, dict[str, PairedComparison]]  # vs the study baseline, every other configuration
+    comparisons: dict[str, dict[str, PairedComparison]]  # vs the study baseline, every other configuration on its data
     claims: list[claim_rules.ClaimResult]
     flag_differences: dict[str, dict[str, tuple[object, object]]]  # vs the baseline: flag -> (baseline, this)
     datasets: list[dict]  # distinct datasets the done runs used, with the configurations on each
@@ -56,6 +56,8 @@ class StudyAnalysis:
     validation_curves: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)
     # configurations whose arm another study chose on validation (kitm.study.tuned), waiting ones included
     tuned: tuple[TunedConfiguration, ...] = ()
+    # configurations scored on other test data than the baseline (another world): no paired comparison with it
+    not_compared: list[str] = dataclasses.field(default_factory=list)
 
     def per_query(self, configuration: str, seed: int, metric: str) -> tuple[dict[str, np.ndarray] | None, str]:
         """The per-query arrays of :func:`kitm.study.bootstrap.components` of `metric` for one done run, or
@@ -159,6 +161,12 @@ def _dataset_identity(dataset: dict) -> str:
     else:
         key = {"dir": dataset.get("dir")}
     return json.dumps({"source": key, "split_images": dataset.get("split_images")}, sort_keys=True)
+
+
+def _scored_on(results: Sequence[RunResult], configuration: str) -> set[str]:
+    """The identities (:func:`_dataset_identity`) of the test data a configuration's done runs were scored on."""
+    return {_dataset_identity(r.dataset) for r in results
+            if r.done and r.configuration == configuration and r.dataset is not None}
 
 
 def _datasets(results: Sequence[RunResult]) -> list[dict]:
@@ -269,8 +277,14 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
     if waits:
         warnings.append(f"{len(waits)} configuration(s) wait for their arm's choice on validation (not run, not in "
                         f"the figures; the section on tuned configurations): {', '.join(sorted(waits))}")
+    # Seeds pair two runs on the same queries only when both were scored on the same test data: a configuration
+    # of another world (kitm.study.tuned's w2.*, a non-literal world) is judged by the claims' own pairs instead.
+    baseline_data = _scored_on(results, spec.baseline)
     for configuration in configurations:
-        if configuration != spec.baseline:
+        data = _scored_on(results, configuration)
+        if configuration != spec.baseline and baseline_data and data and not data & baseline_data:
+            analysis.not_compared.append(configuration)
+        elif configuration != spec.baseline:
             analysis.comparisons[configuration] = {
                 metric: comparison for metric in available
                 if (comparison := analysis.comparison(configuration, spec.baseline, metric)) is not None}

@@ -3,7 +3,7 @@
 ``report.json`` holds everything: the spec, every run (state, figures, wall times, failure, dataset, commands),
 per-configuration aggregates and paired comparisons against the baseline for every metric the runs have (above
 :data:`~kitm.study.plots.MAX_PLOTTED_CONFIGURATIONS` configurations, for the shown metrics only, the runs' figures
-too: the rest are in each run's eval JSON), the
+too, without their commands: the rest are in each run's folder), the
 claims with the numbers behind each verdict, the warnings, and the commands that regenerate the study.
 ``report.md`` opens with a summary table, one row per claim (verdict, the interval it rests on, the paper's gain,
 the seeds that gain needs), then each claim's parts with their interval, the paper's effect, the power columns and
@@ -267,8 +267,12 @@ def _comparisons_section(analysis: StudyAnalysis) -> list[str]:
              "(scipy.stats.ttest_rel) and exact Wilcoxon signed-rank (scipy.stats.wilcoxon) p-values, two-sided. "
              "With n non-zero differences the exact Wilcoxon p cannot go below 2 / 2^n (0.25 for n = 3, 0.0625 for "
              "n = 5): below 6 seeds it never reaches 0.05, whatever the effect.", ""]
+    if analysis.not_compared:
+        lines += [f"Not compared with `{baseline}`: {', '.join(analysis.not_compared)} (scored on other test data "
+                  "than the baseline, so their seeds do not pair runs on the same queries; the claims pair each "
+                  "world's configurations with their own baseline).", ""]
     if not analysis.comparisons:
-        return lines + ["Only the baseline is in the study.", ""]
+        return lines + (["Only the baseline is in the study.", ""] if not analysis.not_compared else [])
     for configuration, per_metric in analysis.comparisons.items():
         lines += [f"### {configuration} - {baseline}", ""]
         rows = []
@@ -444,9 +448,13 @@ def json_aggregated_metrics(analysis: StudyAnalysis) -> list[str]:
     return [metric for metric in analysis.available if metric in analysis.metrics]
 
 
-def _run_entry(result, metrics: Sequence[str]) -> dict[str, object]:
+def _run_entry(result, metrics: Sequence[str], *, commands: bool) -> dict[str, object]:
+    """A run in report.json: its figures on `metrics`; its commands unless `commands` is False (a study of
+    hundreds of runs: each run folder's study_status.json has them, report.md one seed's per configuration)."""
     entry = result.as_dict()
     entry["figures"] = {metric: value for metric, value in result.figures.items() if metric in metrics}
+    if not commands:
+        del entry["launch_command"], entry["eval_command"]
     return entry
 
 
@@ -464,10 +472,12 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "metrics": analysis.metrics,
         "available_metrics": analysis.available,
         "lower_is_better": [m for m in analysis.available if lower_is_better(m)],
-        "runs": [_run_entry(result, aggregated) for result in analysis.results],
+        "runs": [_run_entry(result, aggregated, commands=len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS)
+                 for result in analysis.results],
         "aggregated_metrics": aggregated,
         "aggregates": {c: {m: interval.as_dict() for m, interval in per_metric.items() if m in aggregated}
                        for c, per_metric in analysis.aggregates.items()},
+        "not_compared_with_baseline": analysis.not_compared,
         "comparisons": {c: {"baseline": spec.baseline, "metrics": {m: comparison.as_dict()
                                                                    for m, comparison in per_metric.items()
                                                                    if m in aggregated}}

@@ -500,6 +500,11 @@ def test_report_flags_runs_on_different_worlds(fake_study):
     assert any("asked for --synthetic_num_scenes=60 but trained on the 90-scene world" in w
                for w in report["warnings"])
     assert report["flag_differences"] == {"better": {"margin": {"baseline": 0.2, "configuration": 0.1}}}
+    # scored on another world's test set: no paired difference with the baseline (its seeds pair other queries)
+    assert report["not_compared_with_baseline"] == ["better"] and report["comparisons"] == {}
+    markdown = (study / "report.md").read_text()
+    assert "Not compared with `base`: better (scored on other test data than the baseline" in markdown
+    assert "### better - base" not in markdown
 
 
 def test_metric_plot_is_legible(fake_study, tmp_path):
@@ -537,6 +542,7 @@ def test_a_study_of_many_configurations_has_no_per_metric_plots(fake_study, monk
     assert set(report["aggregated_metrics"]) <= shown < set(report["available_metrics"])
     assert set(report["aggregates"]["better"]) <= shown and set(report["comparisons"]["better"]["metrics"]) <= shown
     assert report["runs"][0]["figures"] and set(report["runs"][0]["figures"]) <= shown
+    assert "launch_command" not in report["runs"][0] and report["not_compared_with_baseline"] == []
     assert "i2t_medr" not in report["aggregates"]["base"]
     # the markdown lists one seed's commands per configuration, naming the other seeds
     commands = markdown.split("Each configuration's commands", 1)[1]
@@ -550,6 +556,7 @@ def test_a_small_study_aggregates_every_metric_in_its_json_report(fake_study):
     report = json.loads((study / "report.json").read_text())
     assert report["aggregated_metrics"] == report["available_metrics"]
     assert "i2t_medr" in report["aggregates"]["base"] and "i2t_medr" in report["runs"][0]["figures"]
+    assert report["runs"][0]["launch_command"].startswith("python -m kitm.launch")
 
 
 # ---------------------------------------------------------------------------------------------- end to end
