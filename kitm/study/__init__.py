@@ -11,7 +11,8 @@
 - :mod:`kitm.study.statistics`: t intervals, paired t and Wilcoxon tests, their power (numpy/scipy only);
 - :mod:`kitm.study.bootstrap`: the per-query paired bootstrap within runs (the test split's share of the spread);
 - :mod:`kitm.study.claims`: verdict rules (against 0, the tolerance, the paper's effect and a truth control); :mod:`kitm.study.analysis`: all the numbers of a report;
-- :mod:`kitm.study.report`, :mod:`kitm.study.plots`: the report files; :mod:`kitm.study.cli`: the command.
+- :mod:`kitm.study.report` (report.md), :mod:`kitm.study.plots`, :mod:`kitm.study.report_files` (writes them and
+  report.json): the report files; :mod:`kitm.study.cli`: the command.
 
 Nothing here imports TensorFlow or absl: the training happens in the subprocesses.
 """

@@ -169,6 +169,24 @@ def _scored_on(results: Sequence[RunResult], configuration: str) -> set[str]:
             if r.done and r.configuration == configuration and r.dataset is not None}
 
 
+def _compare_with_baseline(analysis: StudyAnalysis) -> None:
+    """Each configuration's paired comparison with the baseline on every metric. Seeds pair two runs on the same
+    queries only when both were scored on the same test data: a configuration of another world (kitm.study.tuned's
+    w2.*, a non-literal world) is left out (analysis.not_compared) and judged by the claims' own pairs instead."""
+    baseline = analysis.spec.baseline
+    baseline_data = _scored_on(analysis.results, baseline)
+    for configuration in analysis.configurations:
+        if configuration == baseline:
+            continue
+        data = _scored_on(analysis.results, configuration)
+        if baseline_data and data and not data & baseline_data:
+            analysis.not_compared.append(configuration)
+            continue
+        analysis.comparisons[configuration] = {
+            metric: comparison for metric in analysis.available
+            if (comparison := analysis.comparison(configuration, baseline, metric)) is not None}
+
+
 def _datasets(results: Sequence[RunResult]) -> list[dict]:
     groups: dict[str, dict] = {}
     for result in results:
@@ -277,17 +295,7 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
     if waits:
         warnings.append(f"{len(waits)} configuration(s) wait for their arm's choice on validation (not run, not in "
                         f"the figures; the section on tuned configurations): {', '.join(sorted(waits))}")
-    # Seeds pair two runs on the same queries only when both were scored on the same test data: a configuration
-    # of another world (kitm.study.tuned's w2.*, a non-literal world) is judged by the claims' own pairs instead.
-    baseline_data = _scored_on(results, spec.baseline)
-    for configuration in configurations:
-        data = _scored_on(results, configuration)
-        if configuration != spec.baseline and baseline_data and data and not data & baseline_data:
-            analysis.not_compared.append(configuration)
-        elif configuration != spec.baseline:
-            analysis.comparisons[configuration] = {
-                metric: comparison for metric in available
-                if (comparison := analysis.comparison(configuration, spec.baseline, metric)) is not None}
+    _compare_with_baseline(analysis)
     for claim in spec.claims:
         compared = {claim.configuration, claim.baseline, claim.truth_control,
                     *(c for _, *pair in claim.block_pairs for c in pair)}

@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     from kitm.study.analysis import analyse
     from kitm.files import write_bytes_atomically
-    from kitm.study.report import write_report
+    from kitm.study.report_files import write_report
     from kitm.study.results import collect
 
     results = [collect(plan, spec.evaluation.split) for plan in plans]

@@ -528,9 +528,10 @@ def test_a_study_of_many_configurations_has_no_per_metric_plots(fake_study, monk
 
     spec_path, study = fake_study
     monkeypatch.setattr(plots, "MAX_PLOTTED_CONFIGURATIONS", 1)
-    from kitm.study import report as report_module
+    from kitm.study import report as report_module, report_files
 
     monkeypatch.setattr(report_module, "MAX_PLOTTED_CONFIGURATIONS", 1)
+    monkeypatch.setattr(report_files, "MAX_PLOTTED_CONFIGURATIONS", 1)
     assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
     names = {path.name for path in (study / "plots").iterdir()}
     assert "claims.png" in names and not names & {"i2t_NCS@10.png", "recall_curves.png", "ncs_curves.png"}
