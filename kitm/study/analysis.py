@@ -170,16 +170,19 @@ def _scored_on(results: Sequence[RunResult], configuration: str) -> set[str]:
 
 
 def _compare_with_baseline(analysis: StudyAnalysis) -> None:
-    """Each configuration's paired comparison with the baseline on every metric. Seeds pair two runs on the same
-    queries only when both were scored on the same test data: a configuration of another world (kitm.study.tuned's
-    w2.*, a non-literal world) is left out (analysis.not_compared) and judged by the claims' own pairs instead."""
+    """Each configuration's paired comparison with the baseline on every metric, for the configurations with done
+    runs. Seeds pair two runs on the same queries only when both were scored on the same test data: a
+    configuration whose runs (or the baseline's) were scored on other test data (another world: kitm.study.tuned's
+    w2.*, a non-literal world; or a mix) is left out (analysis.not_compared); the data warning names every
+    dataset and its runs."""
     baseline = analysis.spec.baseline
     baseline_data = _scored_on(analysis.results, baseline)
     for configuration in analysis.configurations:
-        if configuration == baseline:
+        if configuration == baseline or not any(r.done and r.configuration == configuration
+                                                 for r in analysis.results):  # nothing to compare yet
             continue
-        data = _scored_on(analysis.results, configuration)
-        if baseline_data and data and not data & baseline_data:
+        data = _scored_on(analysis.results, configuration)  # empty: the runs do not say (hand-made results)
+        if baseline_data and data and data != baseline_data:
             analysis.not_compared.append(configuration)
             continue
         analysis.comparisons[configuration] = {

@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=f"python -m {PROG}", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Run a grid of kitm.launch configurations x seeds, score every run with "
                                  "kitm.eval, and report means with 95% intervals, paired comparisons against the "
-                                 "baseline and claim verdicts (spec format: kitm/study/spec.py).")
+                                 "baseline (configurations scored on the same test data) and claim verdicts (spec "
+                                 "format: kitm/study/spec.py).")
     parser.add_argument("--spec", required=True, help="Study spec (TOML).")
     parser.add_argument("--out", help="Study folder (default: the spec's out_dir).")
     parser.add_argument("--only", help="Run only these configurations (comma-separated names).")

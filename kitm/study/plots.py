@@ -30,6 +30,12 @@ from kitm.study.claims_figure import claims_figure
 
 CLAIMS_PLOT = "claims.png"
 MAX_PLOTTED_CONFIGURATIONS = 30  # per-metric bars and curves above this many configurations are left out
+
+
+def many_configurations(analysis: StudyAnalysis) -> bool:
+    """More configurations than MAX_PLOTTED_CONFIGURATIONS: no per-metric plots, and a report.json of the shown
+    metrics only (kitm.study.report_files)."""
+    return len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS
 CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
 
@@ -129,7 +135,7 @@ def write_plots(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[pathlib.
     """Every plot of the module docstring under ``<out_dir>/plots``; returns the paths written."""
     plots_dir = pathlib.Path(out_dir) / "plots"
     written = []
-    per_configuration = len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS
+    per_configuration = not many_configurations(analysis)
     for metric in analysis.metrics if per_configuration else ():
         if any(metric in analysis.values[c] for c in analysis.configurations):
             written.append(metric_plot(analysis, metric, plots_dir / plot_name(metric)))

@@ -16,7 +16,7 @@ from kitm.study import claims as claim_rules
 from kitm.study import commands
 from kitm.study.analysis import StudyAnalysis
 from kitm.study.metrics import decimals, lower_is_better
-from kitm.study.plots import MAX_PLOTTED_CONFIGURATIONS
+from kitm.study import plots as study_plots
 from kitm.study.bootstrap import RESAMPLES
 from kitm.study.dose_response import dose_response_markdown, dose_response_rows
 from kitm.study.statistics import ALPHA, CONFIDENCE, MAX_SEEDS, POWER, Interval, t_quantile, wilcoxon_smallest_p
@@ -261,8 +261,7 @@ def _comparisons_section(analysis: StudyAnalysis) -> list[str]:
              "n = 5): below 6 seeds it never reaches 0.05, whatever the effect.", ""]
     if analysis.not_compared:
         lines += [f"Not compared with `{baseline}`: {', '.join(analysis.not_compared)} (scored on other test data "
-                  "than the baseline, so their seeds do not pair runs on the same queries; the claims pair each "
-                  "world's configurations with their own baseline).", ""]
+                  "than the baseline, so their seeds do not pair runs on the same queries).", ""]
     if not analysis.comparisons:
         return lines + (["Only the baseline is in the study.", ""] if not analysis.not_compared else [])
     for configuration, per_metric in analysis.comparisons.items():
@@ -416,11 +415,11 @@ def build_markdown(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: d
               f"- this invocation ({invocation['mode']}): {_seconds(invocation['seconds'])} s",
               f"- every run's launch and eval attempts together: "
               f"{_seconds(sum((r.launch_seconds or 0) + (r.eval_seconds or 0) for r in analysis.results))} s", ""]
-    if plots or len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
+    if plots or study_plots.many_configurations(analysis):
         lines += ["## Plots", ""]
-        if len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS:
+        if study_plots.many_configurations(analysis):
             lines += [f"No bar chart per metric and no R@K / NCS@K curves: they are drawn for at most "
-                      f"{MAX_PLOTTED_CONFIGURATIONS} configurations, and this study has "
+                      f"{study_plots.MAX_PLOTTED_CONFIGURATIONS} configurations, and this study has "
                       f"{len(analysis.configurations)} (the tables above hold every figure; report.json "
                       f"aggregates, compares and lists per run these metrics only: every figure of a run is in its "
                       f"run folder's eval JSON).", ""]

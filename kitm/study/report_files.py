@@ -23,7 +23,7 @@ from kitm.study.analysis import StudyAnalysis
 from kitm.study.bootstrap import BOOTSTRAP_SEED, PER_QUERY_SUFFIX, RESAMPLES
 from kitm.study.dose_response import dose_response_rows
 from kitm.study.metrics import lower_is_better
-from kitm.study.plots import MAX_PLOTTED_CONFIGURATIONS
+from kitm.study.plots import many_configurations
 from kitm.study.report import REPORT_JSON, REPORT_MD, build_markdown, key_interval, part_text
 from kitm.study.statistics import ALPHA, CONFIDENCE, POWER
 from kitm.study.tuning import choices as tuning_choices
@@ -35,7 +35,7 @@ def json_aggregated_metrics(analysis: StudyAnalysis) -> list[str]:
     of more than MAX_PLOTTED_CONFIGURATIONS configurations, the shown ones (analysis.metrics): hundreds of runs and
     configurations on some sixty metrics would be megabytes in git. Every figure of a run stays in its run folder's
     eval JSON, and the claims carry their own numbers."""
-    if len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS:
+    if not many_configurations(analysis):
         return list(analysis.available)
     return [metric for metric in analysis.available if metric in analysis.metrics]
 
@@ -64,7 +64,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "metrics": analysis.metrics,
         "available_metrics": analysis.available,
         "lower_is_better": [m for m in analysis.available if lower_is_better(m)],
-        "runs": [_run_entry(result, aggregated, commands=len(analysis.configurations) <= MAX_PLOTTED_CONFIGURATIONS)
+        "runs": [_run_entry(result, aggregated, commands=not many_configurations(analysis))
                  for result in analysis.results],
         "aggregated_metrics": aggregated,
         "aggregates": {c: {m: interval.as_dict() for m, interval in per_metric.items() if m in aggregated}
