@@ -177,9 +177,9 @@ def _compare_with_baseline(analysis: StudyAnalysis) -> None:
     dataset and its runs."""
     baseline = analysis.spec.baseline
     baseline_data = _scored_on(analysis.results, baseline)
+    with_done_runs = {r.configuration for r in analysis.results if r.done}
     for configuration in analysis.configurations:
-        if configuration == baseline or not any(r.done and r.configuration == configuration
-                                                 for r in analysis.results):  # nothing to compare yet
+        if configuration == baseline or configuration not in with_done_runs:  # nothing to compare yet
             continue
         data = _scored_on(analysis.results, configuration)  # empty: the runs do not say (hand-made results)
         if baseline_data and data and data != baseline_data:

@@ -30,14 +30,14 @@ from kitm.study.claims_figure import claims_figure
 
 CLAIMS_PLOT = "claims.png"
 MAX_PLOTTED_CONFIGURATIONS = 30  # per-metric bars and curves above this many configurations are left out
+CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
+_UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
 
 
 def many_configurations(analysis: StudyAnalysis) -> bool:
     """More configurations than MAX_PLOTTED_CONFIGURATIONS: no per-metric plots, and a report.json of the shown
     metrics only (kitm.study.report_files)."""
     return len(analysis.configurations) > MAX_PLOTTED_CONFIGURATIONS
-CURVES = {"recall_curves": ("R", "VSE++ recall R@K"), "ncs_curves": ("NCS", "NCS@K")}
-_UNSAFE = re.compile(r"[^A-Za-z0-9_@.=-]")
 
 
 def plot_name(metric: str) -> str:

@@ -339,19 +339,15 @@ def _commands_section(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[st
              f"{commands.study_command(spec_path, out_dir, '--report_only')}  # the report from what exists",
              "```", "", "<details><summary>Each configuration's commands</summary>", "", "```bash"]
     # One seed's commands per configuration: the others differ only in --seed and the seed_<n> run folder (a
-    # study of hundreds of runs would otherwise repeat every command line once a seed; report.json has each).
-    seeds: dict[str, list[int]] = {}
+    # study of hundreds of runs would otherwise repeat every command line once a seed; each run folder's
+    # study_status.json has its own).
+    by_configuration: dict[str, list] = {}
     for result in analysis.results:
-        seeds.setdefault(result.configuration, []).append(result.seed)
-    shown = set()
-    for result in analysis.results:
-        if result.configuration in shown:
-            continue
-        shown.add(result.configuration)
-        others = [seed for seed in seeds[result.configuration] if seed != result.seed]
-        note = (f"; seeds {', '.join(map(str, others))}: the same with their --seed and seed_<n> folder"
-                if others else "")
-        lines += [f"# {result.configuration}, seed {result.seed}{note}", result.launch_command, result.eval_command]
+        by_configuration.setdefault(result.configuration, []).append(result)
+    for configuration, (first, *rest) in by_configuration.items():
+        note = (f"; seeds {', '.join(str(r.seed) for r in rest)}: the same with their --seed and seed_<n> folder"
+                if rest else "")
+        lines += [f"# {configuration}, seed {first.seed}{note}", first.launch_command, first.eval_command]
     return lines + ["```", "", "</details>", ""]
 
 

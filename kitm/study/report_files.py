@@ -30,12 +30,12 @@ from kitm.study.tuning import choices as tuning_choices
 from kitm.study.validation_curves import DEFAULT_METRIC as VALIDATION_METRIC
 
 
-def json_aggregated_metrics(analysis: StudyAnalysis) -> list[str]:
-    """The metrics report.json aggregates, compares and lists per run: every metric the runs have, or, in a study
-    of more than MAX_PLOTTED_CONFIGURATIONS configurations, the shown ones (analysis.metrics): hundreds of runs and
-    configurations on some sixty metrics would be megabytes in git. Every figure of a run stays in its run folder's
-    eval JSON, and the claims carry their own numbers."""
-    if not many_configurations(analysis):
+def json_aggregated_metrics(analysis: StudyAnalysis, compact: bool) -> list[str]:
+    """The metrics report.json aggregates, compares and lists per run: every metric the runs have, or, `compact`
+    (a study of more than MAX_PLOTTED_CONFIGURATIONS configurations), the shown ones (analysis.metrics): hundreds
+    of runs and configurations on some sixty metrics would be megabytes in git. Every figure of a run stays in its
+    run folder's eval JSON, and the claims carry their own numbers."""
+    if not compact:
         return list(analysis.available)
     return [metric for metric in analysis.available if metric in analysis.metrics]
 
@@ -53,7 +53,8 @@ def _run_entry(result, metrics: Sequence[str], *, commands: bool) -> dict[str, o
 def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
                plots: Sequence[pathlib.Path], agreement: dict | None = None) -> dict:
     spec = analysis.spec
-    aggregated = json_aggregated_metrics(analysis)
+    compact = many_configurations(analysis)
+    aggregated = json_aggregated_metrics(analysis, compact)
     return {
         "kitm_version": kitm.__version__,
         "study": spec.as_dict(),
@@ -64,7 +65,7 @@ def build_json(analysis: StudyAnalysis, out_dir: pathlib.Path, invocation: dict,
         "metrics": analysis.metrics,
         "available_metrics": analysis.available,
         "lower_is_better": [m for m in analysis.available if lower_is_better(m)],
-        "runs": [_run_entry(result, aggregated, commands=not many_configurations(analysis))
+        "runs": [_run_entry(result, aggregated, commands=not compact)
                  for result in analysis.results],
         "aggregated_metrics": aggregated,
         "aggregates": {c: {m: interval.as_dict() for m, interval in per_metric.items() if m in aggregated}

@@ -470,6 +470,13 @@ def test_report_with_failed_missing_and_single_seed_runs(fake_study, capsys):
     assert "| better | 2 | failed | 12.5 |" in markdown
 
 
+def _write_summary(study, configuration, seed, data_dir, flags=None):
+    """The launcher's summary.json of a hand-made run: the records it trained on, its flags."""
+    (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps({
+        "dataset": {"dir": str(data_dir), "name": "synthetic", "splits": {"test": 6}},
+        "flags": {"dataset": "synthetic", "seed": seed, **(flags or {})}, "seconds": {"total": 3.0}}))
+
+
 def test_report_flags_runs_on_different_worlds(fake_study):
     spec_path, study = fake_study
     for configuration, scenes in (("base", 60), ("better", 90)):
@@ -477,11 +484,8 @@ def test_report_flags_runs_on_different_worlds(fake_study):
         data.mkdir()
         (data / "dataset.json").write_text(json.dumps({"source": {"num_scenes": scenes, "seed": 0}}))
         for seed in range(3):
-            (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps({
-                "dataset": {"dir": str(data), "name": "synthetic", "splits": {"test": 6}},
-                "flags": {"dataset": "synthetic", "synthetic_num_scenes": 60, "seed": seed, "loss": "triplet",
-                          "margin": 0.2 if configuration == "base" else 0.1},
-                "seconds": {"total": 3.0}}))
+            _write_summary(study, configuration, seed, data, {
+                "synthetic_num_scenes": 60, "loss": "triplet", "margin": 0.2 if configuration == "base" else 0.1})
         for seed in range(3):  # and by two versions of the kitm sources
             plan = runs.plan_runs(load_spec(spec_path), study, [configuration], [seed])[0]
             commit = {"base": "a" * 40, "better": None}[configuration]  # `better`'s was not recorded
@@ -512,9 +516,7 @@ def test_a_configuration_scored_partly_on_other_data_is_not_paired_with_the_base
     spec_path, study = fake_study
     for configuration, seed, world in [("base", 0, "a"), ("base", 1, "a"), ("base", 2, "a"),
                                        ("better", 0, "a"), ("better", 1, "a"), ("better", 2, "b")]:
-        (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps({
-            "dataset": {"dir": str(study.parent / f"world_{world}"), "name": "synthetic", "splits": {"test": 6}},
-            "flags": {"dataset": "synthetic", "seed": seed}, "seconds": {"total": 3.0}}))
+        _write_summary(study, configuration, seed, study.parent / f"world_{world}")
     assert cli.main([f"--spec={spec_path}", "--report_only", "--no-progress"]) == 0
     report = json.loads((study / "report.json").read_text())
     assert report["not_compared_with_baseline"] == ["better"] and report["comparisons"] == {}
