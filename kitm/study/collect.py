@@ -6,7 +6,9 @@ spec that is done in the other checkout and not here, the files a report reads (
 ``study_status.json``, ``summary.json``, and ``evaluations.jsonl`` of a run that validated while training), the JSON
 written without indentation (the same content: a study of hundreds of
 runs is megabytes in git), and nothing else: no per-query file unless asked (a study whose claims bootstrap
-needs them), no checkpoint, no export, no log.
+needs them), no checkpoint, no export, no log. summary.json comes without the launcher's own end-of-training test
+scores (:data:`LAUNCHER_TEST_KEYS`, 1.5 kB a run): a study scores every run itself (``study_eval.json``) and no
+report reads them; the run's launch command (``study_status.json``) makes them again.
 
 A run is done in the other checkout when its status says so and records the launch and evaluation commands the
 spec gives now (:func:`kitm.study.runs.run_state`; the commands name run folders relative to the checkout, so both
@@ -26,6 +28,10 @@ from kitm.files import read_json, write_bytes_atomically, write_json_atomically
 from kitm.study import commands, runs
 from kitm.study.bootstrap import per_query_path
 from kitm.study.validation_curves import HISTORY_FILE
+
+
+# summary.json's keys left out of a collected copy (module docstring); everything else is kept as written
+LAUNCHER_TEST_KEYS = ("test", "test_per_query")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +64,17 @@ def collect_runs(plans: Sequence[runs.RunPlan], checkout: pathlib.Path, *, per_q
         # the evaluation last: a run is done here once it exists, so a copy killed midway is copied again
         for name in (commands.SUMMARY_FILE, commands.STATUS_FILE, commands.EVAL_FILE):
             payload = read_json(source.directory / name)
+            if name == commands.SUMMARY_FILE:
+                payload = without_launcher_test(payload)
             if payload is not None:
                 write_json_atomically(plan.directory / name, payload, indent=None, strict=False)
         copied.append(plan)
     return Collected(copied, stale_here)
+
+
+def without_launcher_test(summary):
+    """A launcher's summary.json as a study keeps it: without :data:`LAUNCHER_TEST_KEYS` (anything not a JSON
+    object is returned as it is)."""
+    if not isinstance(summary, dict):
+        return summary
+    return {key: value for key, value in summary.items() if key not in LAUNCHER_TEST_KEYS}

@@ -648,7 +648,7 @@ def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
 
 def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_path, monkeypatch, capsys):
     """--collect_from: the runs done in the other checkout and not here arrive as their JSON files, without
-    indentation and with the same content; no per-query file unless --per_query; failed, missing and local runs
+    indentation and with the same content (summary.json without the launcher's test scores); no per-query file unless --per_query; failed, missing and local runs
     are left alone; a run the other checkout made with another command (a changed spec) is not done there."""
     spec_path, study = fake_study  # every run of `study` is done
     other = tmp_path / "other"
@@ -663,6 +663,8 @@ def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_p
         runs.write_status(dataclasses.replace(plan, directory=source), {**runs.new_status(plan, "python"),
                                                                         "state": "done"})
         (source / "study_eval.per_query.npz").write_bytes(b"npz")
+        (source / "summary.json").write_text(json.dumps({"flags": {"seed": plan.seed}, "test_split": "test",
+                                                         "test": {"rsum": 3.0}, "test_per_query": "x"}))
     failed = other / plans[1].directory / "study_status.json"
     failed.write_text(json.dumps({**json.loads(failed.read_text()), "state": "failed"}))
     (other / plans[1].directory / "study_eval.json").unlink()
@@ -681,6 +683,9 @@ def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_p
         for name in ("study_eval.json", "study_status.json"):
             text = (plan.directory / name).read_text()
             assert "\n" not in text.strip() and json.loads(text) == json.loads((other / plan.directory / name).read_text())
+        kept = json.loads((plan.directory / "summary.json").read_text())  # all but the launcher's test scores
+        there = json.loads((other / plan.directory / "summary.json").read_text())
+        assert kept == {"flags": {"seed": plan.seed}, "test_split": "test"} and there["test"] == {"rsum": 3.0}
         assert not (plan.directory / "study_eval.per_query.npz").exists()
         assert runs.run_state(plan) == runs.DONE
     assert not plans[1].directory.exists() and not plans[2].directory.exists()
