@@ -196,18 +196,28 @@ def _datasets(results: Sequence[RunResult]) -> list[dict]:
         if result.dataset is None:
             continue
         identity = _dataset_identity(result.dataset)
-        group = groups.setdefault(identity, {**result.dataset, "dirs": [], "runs": []})
+        group = groups.setdefault(identity, {**result.dataset, "dirs": [], "seeds_by_configuration": {}})
         if result.dataset.get("dir") not in group["dirs"]:
             group["dirs"].append(result.dataset.get("dir"))
-        group["runs"].append(f"{result.configuration}/seed_{result.seed}")
+        group["seeds_by_configuration"].setdefault(result.configuration, []).append(result.seed)
     return list(groups.values())
+
+
+def runs_described(dataset: dict) -> str:
+    """A dataset's runs in a line: the configurations that share their seeds together ("a, b: seeds 0-9; c: seeds
+    0-4"), not hundreds of run folders."""
+    by_seeds: dict[str, list[str]] = {}
+    for configuration, seeds in dataset["seeds_by_configuration"].items():
+        by_seeds.setdefault(seed_span(sorted(seeds)), []).append(configuration)
+    return "; ".join(f"{', '.join(configurations)}: seed{'s' if ('-' in seeds or ',' in seeds) else ''} {seeds}"
+                     for seeds, configurations in by_seeds.items())
 
 
 def _data_warnings(results: Sequence[RunResult], datasets: list[dict]) -> list[str]:
     warnings = []
     if len(datasets) > 1:
-        described = "; ".join(f"{', '.join(map(str, d['dirs']))} ({_describe_source(d)}): {', '.join(d['runs'])}"
-                              for d in datasets)
+        described = " | ".join(f"{', '.join(map(str, d['dirs']))} ({_describe_source(d)}): {runs_described(d)}"
+                               for d in datasets)
         warnings.append(f"the runs were scored on {len(datasets)} different datasets, so their figures are not "
                         f"comparable: {described}")
     for result in results:
@@ -243,7 +253,7 @@ def _code_warnings(results: Sequence[RunResult]) -> list[str]:
         seeds = sorted({r.seed for r in members})
         where = (f"commit {', '.join(c[:12] + ('+dirty' if c.endswith('+dirty') else '') for c in recorded)}"
                  if recorded else "commit not recorded")
-        parts.append(f"{fingerprint} ({where}): {len(members)} run(s), seeds {_span(seeds)}, "
+        parts.append(f"{fingerprint} ({where}): {len(members)} run(s), seeds {seed_span(seeds)}, "
                      f"{', '.join(configurations) if len(configurations) <= 6 else f'{len(configurations)} configurations'}")
     text = (f"the runs were trained by {len(groups)} different versions of the kitm sources (the code changed while "
             f"the study ran; flag defaults may differ too, see the flags section; each run's version: report.json, "
@@ -255,7 +265,7 @@ def _code_warnings(results: Sequence[RunResult]) -> list[str]:
     return [text]
 
 
-def _span(seeds: Sequence[int]) -> str:
+def seed_span(seeds: Sequence[int]) -> str:
     """0-5, 7, 9-10: consecutive seeds as ranges."""
     spans: list[list[int]] = []
     for seed in seeds:

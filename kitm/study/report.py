@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import kitm
 from kitm.study import claims as claim_rules
 from kitm.study import commands
-from kitm.study.analysis import StudyAnalysis
+from kitm.study.analysis import StudyAnalysis, runs_described, seed_span
 from kitm.study.metrics import decimals, lower_is_better
 from kitm.study import plots as study_plots
 from kitm.study.bootstrap import RESAMPLES
@@ -305,7 +305,7 @@ def _data_section(analysis: StudyAnalysis) -> list[str]:
                               if key in ("generator", "num_scenes", "seed", "image_size"))
         lines.append(f"- {', '.join(f'`{d}`' for d in dataset['dirs'])}: {dataset.get('name')}, "
                      f"{dataset.get('split_images')} images in split `{analysis.spec.evaluation.split}`"
-                     f"{'; ' + described if described else ''}; runs: {', '.join(dataset['runs'])}.")
+                     f"{'; ' + described if described else ''}; runs: {runs_described(dataset)}.")
     lines += ["", "A synthetic world is built once, by the first run that needs it, with that run's `--seed`; every "
               "later run reuses it whatever its own seed, so the seeds of a study vary the training (data order, "
               "augmentation, initialisation), not the world.", ""]
@@ -345,7 +345,7 @@ def _commands_section(analysis: StudyAnalysis, out_dir: pathlib.Path) -> list[st
     for result in analysis.results:
         by_configuration.setdefault(result.configuration, []).append(result)
     for configuration, (first, *rest) in by_configuration.items():
-        note = (f"; seeds {', '.join(str(r.seed) for r in rest)}: the same with their --seed and seed_<n> folder"
+        note = (f"; seeds {seed_span(sorted(r.seed for r in rest))}: the same with their --seed and seed_<n> folder"
                 if rest else "")
         lines += [f"# {configuration}, seed {first.seed}{note}", first.launch_command, first.eval_command]
     return lines + ["```", "", "</details>", ""]

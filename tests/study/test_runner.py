@@ -500,7 +500,10 @@ def test_report_flags_runs_on_different_worlds(fake_study):
     assert "code_better (commit not recorded): 3 run(s), seeds 0-2, better" in versions[0]
     assert report["runs"][0]["kitm_commit"] == "a" * 40
     assert len(report["datasets"]) == 2
-    assert any("2 different datasets" in w for w in report["warnings"])
+    assert [d["seeds_by_configuration"] for d in report["datasets"]] == [{"base": [0, 1, 2]}, {"better": [0, 1, 2]}]
+    worlds = [w for w in report["warnings"] if "2 different datasets" in w]
+    assert len(worlds) == 1 and "60 scenes, seed 0" in worlds[0] and "): base: seeds 0-2 | " in worlds[0]
+    assert worlds[0].endswith("): better: seeds 0-2")
     assert any("asked for --synthetic_num_scenes=60 but trained on the 90-scene world" in w
                for w in report["warnings"])
     assert report["flag_differences"] == {"better": {"margin": {"baseline": 0.2, "configuration": 0.1}}}
@@ -509,6 +512,13 @@ def test_report_flags_runs_on_different_worlds(fake_study):
     markdown = (study / "report.md").read_text()
     assert "Not compared with `base`: better (scored on other test data than the baseline" in markdown
     assert "### better - base" not in markdown
+
+
+def test_a_datasets_runs_are_described_by_configurations_sharing_their_seeds():
+    from kitm.study.analysis import runs_described
+
+    dataset = {"seeds_by_configuration": {"w2.a": [2, 0, 1], "w2.b": [0, 1, 2], "w2.c": [4], "w2.d": [0, 1, 3]}}
+    assert runs_described(dataset) == "w2.a, w2.b: seeds 0-2; w2.c: seed 4; w2.d: seeds 0-1, 3"
 
 
 def test_a_configuration_scored_partly_on_other_data_is_not_paired_with_the_baseline(fake_study):
@@ -559,7 +569,7 @@ def test_a_study_of_many_configurations_has_no_per_metric_plots(fake_study, monk
     # the markdown lists one seed's commands per configuration, naming the other seeds
     commands = markdown.split("Each configuration's commands", 1)[1]
     assert commands.count("python -m kitm.launch") == 2
-    assert "# base, seed 0; seeds 1, 2: the same with their --seed and seed_<n> folder" in commands
+    assert "# base, seed 0; seeds 1-2: the same with their --seed and seed_<n> folder" in commands
 
 
 def test_a_small_study_aggregates_every_metric_in_its_json_report(fake_study):
