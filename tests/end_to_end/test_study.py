@@ -72,6 +72,7 @@ def test_two_configurations_two_seeds_end_to_end(tmp_path, repo_root):
     again = study()
     second = time.monotonic() - started
     assert again.returncode == 0, again.stderr[-3000:]
+    # nothing trained or evaluated again (the count, not a timing: timed tests flake on a busy machine)
     assert again.stderr.count("already evaluated, skipped") == 4
-    assert second < 30, second
+    assert ": trained in" not in again.stderr and ": evaluated in" not in again.stderr, again.stderr[-2000:]
     print(f"end-to-end study: {first:.1f} s, second invocation {second:.1f} s")
