@@ -206,10 +206,10 @@ def _datasets(results: Sequence[RunResult]) -> list[dict]:
 def runs_described(dataset: dict) -> str:
     """A dataset's runs in a line: the configurations that share their seeds together ("a, b: seeds 0-9; c: seeds
     0-4"), not hundreds of run folders."""
-    by_seeds: dict[str, list[str]] = {}
+    by_seeds: dict[tuple[int, ...], list[str]] = {}
     for configuration, seeds in dataset["seeds_by_configuration"].items():
-        by_seeds.setdefault(seed_span(sorted(seeds)), []).append(configuration)
-    return "; ".join(f"{', '.join(configurations)}: seed{'s' if ('-' in seeds or ',' in seeds) else ''} {seeds}"
+        by_seeds.setdefault(tuple(sorted(seeds)), []).append(configuration)
+    return "; ".join(f"{', '.join(configurations)}: seed{'s' if len(seeds) > 1 else ''} {seed_span(seeds)}"
                      for seeds, configurations in by_seeds.items())
 
 

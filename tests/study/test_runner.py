@@ -658,8 +658,9 @@ def test_a_pinned_data_dir_silences_the_scene_count_warning(tmp_path):
 
 def test_collect_from_copies_the_runs_done_in_another_checkout(fake_study, tmp_path, monkeypatch, capsys):
     """--collect_from: the runs done in the other checkout and not here arrive as their JSON files, without
-    indentation and with the same content (summary.json without the launcher's test scores); no per-query file unless --per_query; failed, missing and local runs
-    are left alone; a run the other checkout made with another command (a changed spec) is not done there."""
+    indentation and with the same content (summary.json without the launcher's test scores); no per-query file
+    unless --per_query; failed, missing and local runs are left alone; a run the other checkout made with another
+    command (a changed spec) is not done there."""
     spec_path, study = fake_study  # every run of `study` is done
     other = tmp_path / "other"
     monkeypatch.chdir(tmp_path)
