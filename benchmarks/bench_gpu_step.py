@@ -16,8 +16,12 @@ Run it on the device machine (the project's `run` tool), never timed in tests:
     python benchmarks/bench_gpu_step.py [--steps 20] [--batch 128] [--quick]
 
 `--backend=jax` (issue 33) runs where TensorFlow is absent (the GPU machine has JAX and PyTorch only; keras and
-keras-hub travel as wheels), on Keras 3's JAX backend, every row jit-compiled by Keras' own JAX trainer
-(`train_on_batch`), mixed_bfloat16:
+keras-hub travel as wheels), on Keras 3's JAX backend, every row jit-compiled by Keras' own JAX trainer,
+mixed_bfloat16. The step is timed as `model.fit` runs it (`--loop=fit`): the training state stays on the device and
+is written back to the model's variables at the epoch's end, so (epoch of 3n steps - epoch of n steps) / 2n is the
+step alone. `--loop=train_on_batch` times one `train_on_batch` call a step instead, which also writes the whole
+state back each step (for ResNet152 about 44 ms of host work a step on an H100: docs/performance.md). `--trace DIR`
+profiles 3 more steps of each row (a Perfetto trace of the device's kernels).
 
 - `clip_infonce`, `clip_graded_infonce`: CLIP ViT-B/32 (keras-hub's `CLIPVisionEncoder` / `CLIPTextEncoder` of the
   ViT-B/32 configuration, random weights) as kitm's `HubImageTower` / `HubTextTower` in a `DualEncoder`, batch 512,
@@ -29,7 +33,8 @@ keras-hub travel as wheels), on Keras 3's JAX backend, every row jit-compiled by
   the hardest negative), batch 128; the goal 7,800 / 1,550 samples/s (a PyTorch VSE++ re-creation ran 4,407 /
   1,550, the same model written in Keras on JAX 7,856 / 1,561).
 
-    KERAS_BACKEND=jax python benchmarks/bench_gpu_step.py --backend=jax [--rows clip_infonce,...] [--steps 20]
+    KERAS_BACKEND=jax python benchmarks/bench_gpu_step.py --backend=jax [--rows clip_infonce,...] [--steps 10]
+        [--device_data] [--loop fit|train_on_batch] [--step dual_encoder|plain] [--trace DIR]
 """
 
 from __future__ import annotations
@@ -144,19 +149,55 @@ def _jax_rows(args) -> None:
 
     def timed(name, model, x, y, batch, flops):
         model(x)  # build every weight eagerly before the first compiled step
+        unrolled = 0
+        if args.gru_unroll:  # an experiment: Keras' GRUs unrolled (no XLA while loop) instead of scanned
+            for layer in model._flatten_layers(include_self=False):
+                if isinstance(layer, keras.layers.GRU):
+                    layer.unroll, unrolled = True, unrolled + 1
         if args.device_data:  # the batch on the accelerator once, as a prefetching input pipeline would leave it
             x, y = jax.device_put((x, y))
-        for _ in range(2):
-            model.train_on_batch(x, y)  # compile, then one warm step
-        times = []
-        for _ in range(2 if quick else args.steps):
-            started = time.perf_counter()
-            model.train_on_batch(x, y)  # returns host floats: the step has finished
-            times.append(time.perf_counter() - started)
-        step = statistics.median(times)
+        steps = 2 if quick else args.steps
+        if args.loop == "fit":
+            def batches():
+                while True:  # host arrays: fit copies each batch to the device one step ahead, as in training
+                    yield x, y
+
+            def seconds(count):
+                started = time.perf_counter()
+                model.fit(batches(), steps_per_epoch=count, epochs=1, verbose=0, shuffle=False)  # ends synced to the host
+                return time.perf_counter() - started
+
+            seconds(2)  # compile, then warm steps
+            # fit keeps the training state on the device between steps and syncs it to the model's variables once,
+            # at the epoch's end: the difference of a long and a short epoch is the steps alone.
+            short = min(seconds(steps) for _ in range(2))  # the faster of two: the least disturbed
+            long = min(seconds(3 * steps) for _ in range(2))
+            step = (long - short) / (2 * steps)
+            spread = f"epochs of {steps} and {3 * steps} steps: {short:.2f} s, {long:.2f} s"
+        else:  # train_on_batch: each call also writes the whole state back to the model's variables
+            for _ in range(2):
+                model.train_on_batch(x, y)  # compile, then one warm step
+            times = []
+            for _ in range(steps):
+                started = time.perf_counter()
+                model.train_on_batch(x, y)  # returns host floats: the step has finished
+                times.append(time.perf_counter() - started)
+            step = statistics.median(times)
+            spread = f"spread {min(times) * 1e3:.1f}-{max(times) * 1e3:.1f} ms"
+        if args.trace:  # a few more steps under JAX's profiler: a Perfetto (Chrome JSON) trace of the device's kernels
+            options = jax.profiler.ProfileOptions()
+            options.python_tracer_level = 0  # the device's kernels and XLA's host events, not every Python call
+            with jax.profiler.trace(os.path.join(args.trace, f"{name}_{args.step}"), create_perfetto_trace=True,
+                                    profiler_options=options):
+                if args.loop == "fit":
+                    seconds(3)
+                else:
+                    for _ in range(3):
+                        model.train_on_batch(x, y)
         rate = "" if quick else f", {flops / step / 1e12:.1f} TFLOP/s, MFU {flops / step / peak:.1%}"  # full sizes
-        print(f"{name}: batch {batch}, step {step * 1e3:.1f} ms (spread {min(times) * 1e3:.1f}-"
-              f"{max(times) * 1e3:.1f}), {batch / step:,.0f} samples/s{rate}", flush=True)
+        print(f"{name} ({args.step}, {args.loop}{', batch on the device' if args.device_data else ''}"
+              f"{f', {unrolled} GRUs unrolled' if args.gru_unroll else ''}): batch {batch}, step {step * 1e3:.1f} ms ({spread}), "
+              f"{batch / step:,.0f} samples/s{rate}", flush=True)
 
     rows = args.rows.split(",")
     for row in rows:
@@ -223,8 +264,15 @@ def main() -> None:
     parser.add_argument("--step", choices=("dual_encoder", "plain"), default="dual_encoder",
                         help="--backend=jax: kitm's DualEncoder, or the same parts in a plain Keras model with kitm's "
                              "loss (keras-hub's CLIP encoders; the photo configuration's ResNet152 + BiGRU)")
+    parser.add_argument("--loop", choices=("fit", "train_on_batch"), default="fit",
+                        help="--backend=jax: time the step inside model.fit (the training state stays on the device; "
+                             "how kitm trains) or one train_on_batch call a step (which also syncs the state back)")
+    parser.add_argument("--gru_unroll", action="store_true",
+                        help="--backend=jax, photo rows: unroll the GRUs (an experiment)")
     parser.add_argument("--device_data", action="store_true",
                         help="--backend=jax: put the batch on the accelerator once instead of copying it each step")
+    parser.add_argument("--trace", default="",
+                        help="--backend=jax: a folder; each row's last 3 steps traced there (jax.profiler, Perfetto)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--policy", default="mixed_bfloat16")
