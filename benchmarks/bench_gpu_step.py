@@ -164,7 +164,8 @@ def _jax_rows(args) -> None:
 
             def seconds(count):
                 started = time.perf_counter()
-                model.fit(batches(), steps_per_epoch=count, epochs=1, verbose=0, shuffle=False)  # ends synced to the host
+                # the epoch ends with the state synced back to the model's variables: the steps have finished
+                model.fit(batches(), steps_per_epoch=count, epochs=1, verbose=0, shuffle=False)
                 return time.perf_counter() - started
 
             seconds(2)  # compile, then warm steps
@@ -195,8 +196,9 @@ def _jax_rows(args) -> None:
                     for _ in range(3):
                         model.train_on_batch(x, y)
         rate = "" if quick else f", {flops / step / 1e12:.1f} TFLOP/s, MFU {flops / step / peak:.1%}"  # full sizes
-        print(f"{name} ({args.step}, {args.loop}{', batch on the device' if args.device_data else ''}"
-              f"{f', {unrolled} GRUs unrolled' if args.gru_unroll else ''}): batch {batch}, step {step * 1e3:.1f} ms ({spread}), "
+        how = f"{args.step}, {args.loop}{', batch on the device' if args.device_data else ''}"
+        how += f", {unrolled} GRUs unrolled" if args.gru_unroll else ""
+        print(f"{name} ({how}): batch {batch}, step {step * 1e3:.1f} ms ({spread}), "
               f"{batch / step:,.0f} samples/s{rate}", flush=True)
 
     rows = args.rows.split(",")
@@ -272,7 +274,7 @@ def main() -> None:
     parser.add_argument("--device_data", action="store_true",
                         help="--backend=jax: put the batch on the accelerator once instead of copying it each step")
     parser.add_argument("--trace", default="",
-                        help="--backend=jax: a folder; each row's last 3 steps traced there (jax.profiler, Perfetto)")
+                        help="--backend=jax: a folder; 3 more steps of each row traced there (jax.profiler, Perfetto)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--policy", default="mixed_bfloat16")
