@@ -162,27 +162,29 @@ def _jax_rows(args) -> None:
                 while True:  # host arrays: fit copies each batch to the device one step ahead, as in training
                     yield x, y
 
-            def seconds(count):
-                started = time.perf_counter()
+            def run(count):
                 # the epoch ends with the state synced back to the model's variables: the steps have finished
                 model.fit(batches(), steps_per_epoch=count, epochs=1, verbose=0, shuffle=False)
-                return time.perf_counter() - started
+        else:  # train_on_batch: each call also writes the whole state back to the model's variables
+            def run(count):
+                for _ in range(count):
+                    model.train_on_batch(x, y)  # returns host floats: the step has finished
 
-            seconds(2)  # compile, then warm steps
+        def seconds(count):
+            started = time.perf_counter()
+            run(count)
+            return time.perf_counter() - started
+
+        run(2)  # compile, then warm steps
+        if args.loop == "fit":
             # fit keeps the training state on the device between steps and syncs it to the model's variables once,
             # at the epoch's end: the difference of a long and a short epoch is the steps alone.
             short = min(seconds(steps) for _ in range(2))  # the faster of two: the least disturbed
             long = min(seconds(3 * steps) for _ in range(2))
             step = (long - short) / (2 * steps)
             spread = f"epochs of {steps} and {3 * steps} steps: {short:.2f} s, {long:.2f} s"
-        else:  # train_on_batch: each call also writes the whole state back to the model's variables
-            for _ in range(2):
-                model.train_on_batch(x, y)  # compile, then one warm step
-            times = []
-            for _ in range(steps):
-                started = time.perf_counter()
-                model.train_on_batch(x, y)  # returns host floats: the step has finished
-                times.append(time.perf_counter() - started)
+        else:
+            times = [seconds(1) for _ in range(steps)]
             step = statistics.median(times)
             spread = f"spread {min(times) * 1e3:.1f}-{max(times) * 1e3:.1f} ms"
         if args.trace:  # a few more steps under JAX's profiler: a Perfetto (Chrome JSON) trace of the device's kernels
@@ -190,11 +192,7 @@ def _jax_rows(args) -> None:
             options.python_tracer_level = 0  # the device's kernels and XLA's host events, not every Python call
             with jax.profiler.trace(os.path.join(args.trace, f"{name}_{args.step}"), create_perfetto_trace=True,
                                     profiler_options=options):
-                if args.loop == "fit":
-                    seconds(3)
-                else:
-                    for _ in range(3):
-                        model.train_on_batch(x, y)
+                run(3)
         rate = "" if quick else f", {flops / step / 1e12:.1f} TFLOP/s, MFU {flops / step / peak:.1%}"  # full sizes
         how = f"{args.step}, {args.loop}{', batch on the device' if args.device_data else ''}"
         how += f", {unrolled} GRUs unrolled" if args.gru_unroll else ""

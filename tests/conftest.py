@@ -23,11 +23,10 @@ os.environ["KITM_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitm-test-cache-")
 # DualEncoder's first call costs 163 compilations, 34 s on the 2 busy cores, and 1.4 s from the cache. Entries are
 # keyed by the program, the compile options and JAX's version, so a hit runs what a compilation would have built.
 # Compilations of any length are cached (JAX's default keeps those over 1 s only); the process that made the folder
-# removes it when its session finishes (pytest_sessionfinish).
-_JAX_CACHE_MADE_HERE = "KITM_TEST_JAX_CACHE" not in os.environ
+# removes it when its session finishes (pytest_sessionfinish); a folder the caller set is used and left alone.
+_JAX_CACHE_MADE_HERE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _JAX_CACHE_MADE_HERE:
-    os.environ["KITM_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="kitm-test-jax-cache-")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["KITM_TEST_JAX_CACHE"])
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitm-test-jax-cache-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pathlib
@@ -81,7 +80,7 @@ def pytest_sessionfinish(session, exitstatus):
     if _JAX_CACHE_MADE_HERE:
         import shutil
 
-        shutil.rmtree(os.environ["KITM_TEST_JAX_CACHE"], ignore_errors=True)
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
