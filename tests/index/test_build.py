@@ -159,8 +159,14 @@ def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_r
                f"--images={photos}", f"--out={out}", "--chunk_size=1", "--batch_size=1", "--no-progress"]
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     chunks = tmp_path / "index.partial" / "chunks"
+
+    def finished_chunks():
+        # A chunk being written is `images-NNNNN.partial.npz` (it matches the glob too): only renamed ones count,
+        # else the kill can land when 4 are finished and the fifth is still a temporary.
+        return [p for p in chunks.glob("images-*.npz") if ".partial" not in p.name]
+
     deadline = time.monotonic() + 180
-    while process.poll() is None and time.monotonic() < deadline and len(list(chunks.glob("images-*.npz"))) < 5:
+    while process.poll() is None and time.monotonic() < deadline and len(finished_chunks()) < 5:
         time.sleep(0.01)
     if process.poll() is not None:
         pytest.fail(f"the build ended (status {process.returncode}) before it could be killed: "
@@ -169,7 +175,7 @@ def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_r
     process.wait()
     process.stderr.close()
     assert not out.exists()
-    kept = len([p for p in chunks.glob("images-*.npz") if ".partial" not in p.name])
+    kept = len(finished_chunks())
     assert 5 <= kept < 150
 
     result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
