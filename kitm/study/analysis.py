@@ -121,11 +121,9 @@ class StudyAnalysis:
             return None
         return paired_comparison(candidate, reference, lower_is_better=lower_is_better(metric))
 
-    def blocked(self, pairs, configuration: str, baseline: str, metric: str) -> PairedComparison | None:
-        """The claim's pair (`configuration`, `baseline`) pooled over its blocks' pairs (label, candidate,
-        baseline) with the block as a fixed effect; any other pair (its truth control) as :meth:`comparison`."""
-        if (configuration, baseline) != pairs[0][1:]:
-            return self.comparison(configuration, baseline, metric)
+    def blocked(self, pairs, metric: str) -> PairedComparison | None:
+        """A claim's blocks' pairs (label, candidate, baseline) pooled with the block as a fixed effect; None when
+        no pair has figures for `metric`."""
         data = [(label, self.values.get(c, {}).get(metric, {}), self.values.get(b, {}).get(metric, {}))
                 for label, c, b in pairs]
         if not any(candidate or reference for _, candidate, reference in data):
@@ -167,6 +165,23 @@ def _scored_on(results: Sequence[RunResult], configuration: str) -> set[str]:
     """The identities (:func:`_dataset_identity`) of the test data a configuration's done runs were scored on."""
     return {_dataset_identity(r.dataset) for r in results
             if r.done and r.configuration == configuration and r.dataset is not None}
+
+
+def _scored_apart(results: Sequence[RunResult], configuration: str, baseline: str) -> bool:
+    """Whether the two configurations' done runs were scored on different test data (both recorded theirs): their
+    seeds then index different queries, and no paired comparison of them means anything."""
+    data, baseline_data = _scored_on(results, configuration), _scored_on(results, baseline)
+    return bool(data) and bool(baseline_data) and data != baseline_data
+
+
+def _claim_pairs_apart(results: Sequence[RunResult], claim) -> list[tuple[str, str, str]]:
+    """The (what, configuration, baseline) pairs of a claim, its blocks' and its truth control's included, whose
+    runs were scored on different test data."""
+    pairs = [(f"block {label!r}", c, b) for label, c, b in claim.block_pairs] or \
+        [("its pair", claim.configuration, claim.baseline)]
+    if claim.truth_control is not None:
+        pairs.append(("its truth control", claim.truth_control, claim.baseline))
+    return [(what, c, b) for what, c, b in pairs if _scored_apart(results, c, b)]
 
 
 def _compare_with_baseline(analysis: StudyAnalysis) -> None:
@@ -325,6 +340,22 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
                 if metric not in available and available:
                     warnings.append(f"claim {claim.name!r}: truth-control metric {metric!r} is in no run's "
                                     "evaluation")
+        # A pair scored on different test data (a block naming another world's baseline, say) is left out of every
+        # figure of the claim, named in a warning: seeds pair runs on the same queries only.
+        crossing = _claim_pairs_apart(results, claim)
+        apart = {(c, b) for _, c, b in crossing}
+        for what, c, b in crossing:
+            warnings.append(f"claim {claim.name!r}: {what} compares {c} with {b}, whose runs were scored on "
+                            "different test data: left out of the claim's figures and verdict")
+
+        def paired(c, b, m):
+            return None if (c, b) in apart else analysis.comparison(c, b, m)
+
+        def bootstrapped(c, b, m):
+            if (c, b) in apart:
+                return None, f"{c} and {b} were scored on different test data"
+            return analysis.bootstrap(c, b, m)
+
         def judge(configuration, baseline, compare, bootstrap, truth_control):
             return claim_rules.judge_claim(
                 claim.name, configuration, baseline, list(claim.improves), list(claim.keeps), claim.keep_tolerance,
@@ -333,18 +364,20 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
                 paper_cells=claim.paper_cells, views=claim.views)
 
         if not claim.blocks:
-            analysis.claims.append(judge(claim.configuration, claim.baseline, analysis.comparison,
-                                         analysis.bootstrap, claim.truth_control))
+            analysis.claims.append(judge(claim.configuration, claim.baseline, paired, bootstrapped,
+                                         claim.truth_control))
             continue
         # Several worlds: the verdict on the differences pooled with the world as a block; each world's own verdict
         # beside it (its truth control only in the claim's own world). No per-query bootstrap: the worlds' test
         # items differ.
         pairs = claim.block_pairs
+        pooled_pairs = tuple(pair for pair in pairs if pair[1:] not in apart)
+        own = (claim.configuration, claim.baseline)
         pooled = judge(claim.configuration, claim.baseline,
-                       lambda c, b, m: analysis.blocked(pairs, c, b, m), None, claim.truth_control)
-        per_block = tuple((label, judge(c, b, analysis.comparison, None,
-                                        claim.truth_control if i == 0 else None))
-                          for i, (label, c, b) in enumerate(pairs))
+                       lambda c, b, m: analysis.blocked(pooled_pairs, m) if (c, b) == own else paired(c, b, m),
+                       None, claim.truth_control)
+        per_block = tuple((label, judge(c, b, paired, None, claim.truth_control if i == 0 else None))
+                          for i, (label, c, b) in enumerate(pairs) if (c, b) not in apart)
         analysis.claims.append(dataclasses.replace(pooled, per_block=per_block))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])

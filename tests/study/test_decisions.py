@@ -555,3 +555,39 @@ def test_claim_blocks_are_checked(tmp_path, edit, key, message):
     with pytest.raises(SpecError) as error:
         load_spec(path)
     assert str(error.value).startswith(f"{path}: {key}: ") and message in str(error.value)
+
+
+def _record_dataset(study, configuration, seed, data_dir):
+    """The run's summary.json naming the records it was scored on (what kitm.study reads a run's test data from)."""
+    summary = {"dataset": {"dir": data_dir, "name": "synthetic", "splits": {"test": 5}}}
+    (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_block_whose_runs_were_scored_on_different_test_data_is_left_out_and_named(tmp_path):
+    """World 2's baseline scored on world 0's records (a wrong --data_dir): its seeds index other queries, so the
+    block is left out of the pooled interval (world 0 alone) and of the worlds' own verdicts, and a warning names
+    the block and both configurations."""
+    study = tmp_path / "study"
+    gains = {"new": (1.0, 1.2, 0.9, 1.1), "new_w2": (-0.4, -0.6, -0.5, -0.45)}
+    data = {"base": "w0", "new": "w0", "base_w2": "w0", "new_w2": "w2"}
+    for seed in range(4):
+        for base, new in (("base", "new"), ("base_w2", "new_w2")):
+            level = 60.0 + seed
+            _write_run(study, base, seed, {"i2t_NCS@10": np.full(5, level), **_recall_zeros()}, write_npz=False)
+            _write_run(study, new, seed, {"i2t_NCS@10": np.full(5, level + gains[new][seed]), **_recall_zeros()},
+                       write_npz=False)
+            for configuration in (base, new):
+                _record_dataset(study, configuration, seed, data[configuration])
+    path = tmp_path / "s.toml"
+    path.write_text(BLOCKED_SPEC.format(out=study))
+    assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
+    report = json.loads((study / "report.json").read_text())
+    claim = report["claims"][0]
+    expected = statistics.t_interval(gains["new"])
+    improvement = claim["parts"][0]["comparison"]["improvement"]
+    assert improvement["n"] == 4 and improvement["mean"] == pytest.approx(expected.mean)
+    assert claim["parts"][0]["comparison"]["seeds"] == ["world 0/0", "world 0/1", "world 0/2", "world 0/3"]
+    assert [b["label"] for b in claim["per_block"]] == ["world 0"] and claim["block_note"] == ""
+    assert any(w == "claim 'new improves NCS in every world': block 'world 2' compares new_w2 with base_w2, whose "
+                    "runs were scored on different test data: left out of the claim's figures and verdict"
+               for w in report["warnings"]), report["warnings"]
