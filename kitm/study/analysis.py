@@ -233,8 +233,9 @@ def _data_warnings(results: Sequence[RunResult], datasets: list[dict]) -> list[s
     if len(datasets) > 1:
         described = " | ".join(f"{', '.join(map(str, d['dirs']))} ({_describe_source(d)}): {runs_described(d)}"
                                for d in datasets)
-        warnings.append(f"the runs were scored on {len(datasets)} different datasets, so their figures are not "
-                        f"comparable: {described}")
+        warnings.append(f"the runs were scored on {len(datasets)} different datasets, so figures from different "
+                        "datasets are not comparable (a paired comparison pairs runs scored on the same one only): "
+                        f"{described}")
     for result in results:
         source = (result.dataset or {}).get("source") or {}
         asked = (result.flags or {}).get("synthetic_num_scenes")
