@@ -154,29 +154,40 @@ def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fr
     else:
         pixel_spec = tf.TensorSpec([None, feature_dim], tf.float32, name="features")
     encode_tokens, encode_pixels = _numeric_encoders(archive, model, tokenizer, pixel_spec)
+    captions_spec = tf.TensorSpec([None], tf.string, name="captions")
 
-    def text_embeddings(captions, signature):
-        tokens = tokenizer.tf_tokenize(_checked_captions(captions, signature))
+    # Each signature checks its inputs (the messages name it), then calls one shared function from checked inputs
+    # to embeddings: `score` calls the same two functions as encode_text and encode_image, so the SavedModel holds
+    # the tokenizer, the decoding and the towers' graphs once and the export traces them once.
+    @tf.function(input_signature=[captions_spec], autograph=False)
+    def embed_captions(captions):
+        tokens = tokenizer.tf_tokenize(captions)
         # jax2tf's batch dimension is at least 1: an empty request is answered before the model (as for images).
         return _unless_empty(lambda: encode_tokens(tokens), captions, model.embedding_dim)
+
+    def text_embeddings(captions, signature):
+        return embed_captions(_checked_captions(captions, signature))
 
     if image_mode == "encoded":
         image_spec = tf.TensorSpec([None], tf.string, name="images")
 
-        def image_embeddings(images, signature):
+        @tf.function(input_signature=[image_spec], autograph=False)
+        def embed_images(images):
             pixels = tf.map_fn(lambda encoded: eval_image(decode_pixels(encoded), image_size, eval_crop_fraction),
-                               _checked_images(images, signature),
-                               fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
+                               images, fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
             return _unless_empty(lambda: encode_pixels(pixels), pixels, model.embedding_dim)
+
+        def image_embeddings(images, signature):
+            return embed_images(_checked_images(images, signature))
     else:
         # Any width is accepted by the signature and checked in the graph, for a message that names it.
         image_spec = tf.TensorSpec([None, None], tf.float32, name="features")
+        embed_features = tf.function(encode_pixels, input_signature=[pixel_spec], autograph=False)
 
         def image_embeddings(features, signature):
             checked = _checked_features(features, feature_dim, signature)
-            return encode_pixels(tf.ensure_shape(checked, [None, feature_dim]))
+            return embed_features(tf.ensure_shape(checked, [None, feature_dim]))
 
-    captions_spec = tf.TensorSpec([None], tf.string, name="captions")
     _add_string_endpoint(archive, "encode_text",
                          lambda captions: {"embeddings": text_embeddings(captions, "encode_text")}, [captions_spec])
     _add_string_endpoint(archive, "encode_image",
