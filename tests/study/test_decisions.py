@@ -512,22 +512,34 @@ blocks = [{{label = "world 2", configuration = "new_w2", baseline = "base_w2"}}]
 """
 
 
-def test_a_claim_over_worlds_pools_them_as_blocks_and_says_when_they_disagree(tmp_path):
-    """World 0: +1.0 +- noise on 4 seeds; world 2: -0.5. The pooled interval is the blocked one (the mean of the world
-    means, the spread within worlds), each world's verdict is shown, and the disagreement is named."""
-    study = tmp_path / "study"
-    gains = {"new": (1.0, 1.2, 0.9, 1.1), "new_w2": (-0.4, -0.6, -0.5, -0.45)}
+# Each seed's gain of `new` over `base` in world 0 and of `new_w2` over `base_w2` in world 2 (i2t NCS@10 points).
+WORLD_GAINS = {"new": (1.0, 1.2, 0.9, 1.1), "new_w2": (-0.4, -0.6, -0.5, -0.45)}
+
+
+def _write_worlds(study, data=None):
+    """Seeds 0-3 of BLOCKED_SPEC's four configurations with WORLD_GAINS; `data`: the records each configuration's
+    summary.json names (none written without it)."""
     for seed in range(4):
         for base, new in (("base", "new"), ("base_w2", "new_w2")):
             level = 60.0 + seed
             _write_run(study, base, seed, {"i2t_NCS@10": np.full(5, level), **_recall_zeros()}, write_npz=False)
-            _write_run(study, new, seed, {"i2t_NCS@10": np.full(5, level + gains[new][seed]), **_recall_zeros()},
-                       write_npz=False)
+            _write_run(study, new, seed, {"i2t_NCS@10": np.full(5, level + WORLD_GAINS[new][seed]),
+                                          **_recall_zeros()}, write_npz=False)
+            for configuration in (base, new) if data else ():
+                summary = {"dataset": {"dir": data[configuration], "name": "synthetic", "splits": {"test": 5}}}
+                (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_claim_over_worlds_pools_them_as_blocks_and_says_when_they_disagree(tmp_path):
+    """World 0: +1.0 +- noise on 4 seeds; world 2: -0.5. The pooled interval is the blocked one (the mean of the world
+    means, the spread within worlds), each world's verdict is shown, and the disagreement is named."""
+    study = tmp_path / "study"
+    _write_worlds(study)
     path = tmp_path / "s.toml"
     path.write_text(BLOCKED_SPEC.format(out=study))
     assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
     claim = json.loads((study / "report.json").read_text())["claims"][0]
-    expected = statistics.blocked_interval([gains["new"], gains["new_w2"]])
+    expected = statistics.blocked_interval([WORLD_GAINS["new"], WORLD_GAINS["new_w2"]])
     improvement = claim["parts"][0]["comparison"]["improvement"]
     assert improvement["mean"] == pytest.approx(expected.mean) and improvement["low"] == pytest.approx(expected.low)
     assert improvement["n"] == 8 and claim["parts"][0]["comparison"]["seeds"][:2] == ["world 0/0", "world 0/1"]
@@ -557,33 +569,18 @@ def test_claim_blocks_are_checked(tmp_path, edit, key, message):
     assert str(error.value).startswith(f"{path}: {key}: ") and message in str(error.value)
 
 
-def _record_dataset(study, configuration, seed, data_dir):
-    """The run's summary.json naming the records it was scored on (what kitm.study reads a run's test data from)."""
-    summary = {"dataset": {"dir": data_dir, "name": "synthetic", "splits": {"test": 5}}}
-    (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps(summary))
-
-
 def test_a_block_whose_runs_were_scored_on_different_test_data_is_left_out_and_named(tmp_path):
     """World 2's baseline scored on world 0's records (a wrong --data_dir): its seeds index other queries, so the
     block is left out of the pooled interval (world 0 alone) and of the worlds' own verdicts, and a warning names
     the block and both configurations."""
     study = tmp_path / "study"
-    gains = {"new": (1.0, 1.2, 0.9, 1.1), "new_w2": (-0.4, -0.6, -0.5, -0.45)}
-    data = {"base": "w0", "new": "w0", "base_w2": "w0", "new_w2": "w2"}
-    for seed in range(4):
-        for base, new in (("base", "new"), ("base_w2", "new_w2")):
-            level = 60.0 + seed
-            _write_run(study, base, seed, {"i2t_NCS@10": np.full(5, level), **_recall_zeros()}, write_npz=False)
-            _write_run(study, new, seed, {"i2t_NCS@10": np.full(5, level + gains[new][seed]), **_recall_zeros()},
-                       write_npz=False)
-            for configuration in (base, new):
-                _record_dataset(study, configuration, seed, data[configuration])
+    _write_worlds(study, data={"base": "w0", "new": "w0", "base_w2": "w0", "new_w2": "w2"})
     path = tmp_path / "s.toml"
     path.write_text(BLOCKED_SPEC.format(out=study))
     assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
     report = json.loads((study / "report.json").read_text())
     claim = report["claims"][0]
-    expected = statistics.t_interval(gains["new"])
+    expected = statistics.t_interval(WORLD_GAINS["new"])
     improvement = claim["parts"][0]["comparison"]["improvement"]
     assert improvement["n"] == 4 and improvement["mean"] == pytest.approx(expected.mean)
     assert claim["parts"][0]["comparison"]["seeds"] == ["world 0/0", "world 0/1", "world 0/2", "world 0/3"]
