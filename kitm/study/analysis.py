@@ -168,8 +168,9 @@ def _scored_on(results: Sequence[RunResult], configuration: str) -> set[str]:
 
 
 def _scored_apart(results: Sequence[RunResult], configuration: str, baseline: str) -> bool:
-    """Whether the two configurations' done runs were scored on different test data (both recorded theirs): their
-    seeds then index different queries, and no paired comparison of them means anything."""
+    """Whether the two configurations' done runs were scored on different test data (both recorded theirs; runs that
+    do not say, such as hand-made results, never count as apart): their seeds then index different queries, and no
+    paired comparison of them means anything."""
     data, baseline_data = _scored_on(results, configuration), _scored_on(results, baseline)
     return bool(data) and bool(baseline_data) and data != baseline_data
 
@@ -191,13 +192,11 @@ def _compare_with_baseline(analysis: StudyAnalysis) -> None:
     w2.*, a non-literal world; or a mix) is left out (analysis.not_compared); the data warning names every
     dataset and its runs."""
     baseline = analysis.spec.baseline
-    baseline_data = _scored_on(analysis.results, baseline)
     with_done_runs = {r.configuration for r in analysis.results if r.done}
     for configuration in analysis.configurations:
         if configuration == baseline or configuration not in with_done_runs:  # nothing to compare yet
             continue
-        data = _scored_on(analysis.results, configuration)  # empty: the runs do not say (hand-made results)
-        if baseline_data and data and data != baseline_data:
+        if _scored_apart(analysis.results, configuration, baseline):
             analysis.not_compared.append(configuration)
             continue
         analysis.comparisons[configuration] = {
