@@ -23,6 +23,7 @@ from kitm.study import runs
 from kitm.study.commands import overridden_common_flags
 from kitm.study.metrics import default_metrics, lower_is_better
 from kitm.study.results import RunResult, values_by_configuration
+from kitm.study.claim_spec import Claim
 from kitm.study.spec import StudySpec
 from kitm.study.tuned import TunedConfiguration, waiting as waiting_configurations
 from kitm.study.statistics import Interval, PairedComparison, blocked_comparison, paired_comparison, t_interval
@@ -332,53 +333,8 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
             warnings.append(f"claim {claim.name!r} is not judged yet: {', '.join(waiting)} wait(s) for the arm's "
                             "choice on validation")
             continue
-        for metric in (*claim.improves, *claim.keeps):
-            if metric not in available and available:
-                warnings.append(f"claim {claim.name!r}: metric {metric!r} is in no run's evaluation")
-        if claim.truth_control is not None:
-            for metric in claim.truth_control_metrics:
-                if metric not in available and available:
-                    warnings.append(f"claim {claim.name!r}: truth-control metric {metric!r} is in no run's "
-                                    "evaluation")
-        # A pair scored on different test data (a block naming another world's baseline, say) is left out of every
-        # figure of the claim, named in a warning: seeds pair runs on the same queries only.
-        crossing = _claim_pairs_apart(results, claim)
-        apart = {(c, b) for _, c, b in crossing}
-        for what, c, b in crossing:
-            warnings.append(f"claim {claim.name!r}: {what} compares {c} with {b}, whose runs were scored on "
-                            "different test data: left out of the claim's figures and verdict")
-
-        def paired(c, b, m):
-            return None if (c, b) in apart else analysis.comparison(c, b, m)
-
-        def bootstrapped(c, b, m):
-            if (c, b) in apart:
-                return None, f"{c} and {b} were scored on different test data"
-            return analysis.bootstrap(c, b, m)
-
-        def judge(configuration, baseline, compare, bootstrap, truth_control):
-            return claim_rules.judge_claim(
-                claim.name, configuration, baseline, list(claim.improves), list(claim.keeps), claim.keep_tolerance,
-                compare, paper_effect=claim.paper_effect, paper_effect_source=claim.paper_effect_source,
-                truth_control=truth_control, truth_control_metrics=claim.truth_control_metrics, bootstrap=bootstrap,
-                paper_cells=claim.paper_cells, views=claim.views)
-
-        if not claim.blocks:
-            analysis.claims.append(judge(claim.configuration, claim.baseline, paired, bootstrapped,
-                                         claim.truth_control))
-            continue
-        # Several worlds: the verdict on the differences pooled with the world as a block; each world's own verdict
-        # beside it (its truth control only in the claim's own world). No per-query bootstrap: the worlds' test
-        # items differ.
-        pairs = claim.block_pairs
-        pooled_pairs = tuple(pair for pair in pairs if pair[1:] not in apart)
-        own = (claim.configuration, claim.baseline)
-        pooled = judge(claim.configuration, claim.baseline,
-                       lambda c, b, m: analysis.blocked(pooled_pairs, m) if (c, b) == own else paired(c, b, m),
-                       None, claim.truth_control)
-        per_block = tuple((label, judge(c, b, paired, None, claim.truth_control if i == 0 else None))
-                          for i, (label, c, b) in enumerate(pairs) if (c, b) not in apart)
-        analysis.claims.append(dataclasses.replace(pooled, per_block=per_block))
+        warnings += _claim_metric_warnings(claim, available)
+        analysis.claims.append(_judge(analysis, claim, results))
     analysis.flag_differences = _flag_differences(results, spec.baseline)
     analysis.datasets = _datasets([r for r in results if r.done])
     analysis.validation_curves, curve_warnings = collect_curves(
@@ -386,11 +342,69 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
     warnings += curve_warnings
     warnings += _data_warnings([r for r in results if r.done], analysis.datasets)
     warnings += _code_warnings([r for r in results if r.done])
-    not_done = [r for r in results if r.state != runs.DONE]
-    if not_done:
-        counts: dict[str, int] = {}
-        for result in not_done:
-            counts[result.state] = counts.get(result.state, 0) + 1
-        warnings.append("not every run is in the figures: " + ", ".join(f"{n} {state}" for state, n in
-                                                                          sorted(counts.items())))
+    warnings += _not_done_warnings(results)
     return analysis
+
+
+def _claim_metric_warnings(claim: Claim, available: Sequence[str]) -> list[str]:
+    """A claim's metrics (and its truth control's) that no run's evaluation holds: most likely a typo in the spec."""
+    if not available:
+        return []
+    warnings = [f"claim {claim.name!r}: metric {metric!r} is in no run's evaluation"
+                for metric in (*claim.improves, *claim.keeps) if metric not in available]
+    if claim.truth_control is not None:
+        warnings += [f"claim {claim.name!r}: truth-control metric {metric!r} is in no run's evaluation"
+                     for metric in claim.truth_control_metrics if metric not in available]
+    return warnings
+
+
+def _judge(analysis: StudyAnalysis, claim: Claim, results: Sequence[RunResult]) -> claim_rules.ClaimResult:
+    """One claim's verdict: on its own pair, or (several worlds) on the differences pooled with the world as a block
+    with each world's own verdict beside it."""
+    # A pair scored on different test data (a block naming another world's baseline, say) is left out of every
+    # figure of the claim, named in a warning: seeds pair runs on the same queries only.
+    crossing = _claim_pairs_apart(results, claim)
+    apart = {(c, b) for _, c, b in crossing}
+    for what, c, b in crossing:
+        analysis.warnings.append(f"claim {claim.name!r}: {what} compares {c} with {b}, whose runs were scored on "
+                                 "different test data: left out of the claim's figures and verdict")
+
+    def paired(c, b, m):
+        return None if (c, b) in apart else analysis.comparison(c, b, m)
+
+    def bootstrapped(c, b, m):
+        if (c, b) in apart:
+            return None, f"{c} and {b} were scored on different test data"
+        return analysis.bootstrap(c, b, m)
+
+    def judge(configuration, baseline, compare, bootstrap, truth_control):
+        return claim_rules.judge_claim(
+            claim.name, configuration, baseline, list(claim.improves), list(claim.keeps), claim.keep_tolerance,
+            compare, paper_effect=claim.paper_effect, paper_effect_source=claim.paper_effect_source,
+            truth_control=truth_control, truth_control_metrics=claim.truth_control_metrics, bootstrap=bootstrap,
+            paper_cells=claim.paper_cells, views=claim.views)
+
+    if not claim.blocks:
+        return judge(claim.configuration, claim.baseline, paired, bootstrapped, claim.truth_control)
+    # Several worlds: no per-query bootstrap, the worlds' test items differ; each world's truth control only in the
+    # claim's own world.
+    pairs = claim.block_pairs
+    pooled_pairs = tuple(pair for pair in pairs if pair[1:] not in apart)
+    own = (claim.configuration, claim.baseline)
+    pooled = judge(claim.configuration, claim.baseline,
+                   lambda c, b, m: analysis.blocked(pooled_pairs, m) if (c, b) == own else paired(c, b, m),
+                   None, claim.truth_control)
+    per_block = tuple((label, judge(c, b, paired, None, claim.truth_control if i == 0 else None))
+                      for i, (label, c, b) in enumerate(pairs) if (c, b) not in apart)
+    return dataclasses.replace(pooled, per_block=per_block)
+
+
+def _not_done_warnings(results: Sequence[RunResult]) -> list[str]:
+    """How many runs are missing from the figures, by state (missing, failed, running)."""
+    counts: dict[str, int] = {}
+    for result in results:
+        if result.state != runs.DONE:
+            counts[result.state] = counts.get(result.state, 0) + 1
+    if not counts:
+        return []
+    return ["not every run is in the figures: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))]
