@@ -63,14 +63,16 @@ def checked(x, valid, k_max: int, cols_known: bool, mask_given: bool):
 
 
 def compiled(run, jit_compile: bool):
-    """`run(x float64 [rows, cols], valid bool [rows, cols])` compiled for the backend (module docstring)."""
+    """`run(x float64 [rows, cols], valid bool [rows, cols], seed word int32 [])` compiled for the backend (module
+    docstring)."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
 
         return tf.function(
             run,
-            input_signature=[tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool)],
+            input_signature=[tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool),
+                             tf.TensorSpec([], tf.int32)],
             jit_compile=jit_compile,
             autograph=False,
         )

@@ -11,7 +11,7 @@ import keras
 from keras import ops
 
 from kitm.ops.kmeans1d import backend as _backend
-from kitm.ops.kmeans1d.seeding import _uniform_draws
+from kitm.ops.kmeans1d.seeding import _uniform_draws, seed_word
 from kitm.ops.kmeans1d.solve import _solve
 
 # Rows per chunk are chosen so that one [rows, n, n] float64 cost table stays below this many
@@ -87,8 +87,8 @@ def auto_kmeans_1d(
       silhouette: [rows] mean silhouette of the returned labels, in `values`' dtype.
     """
     x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
-    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs, seed, False,
-                                    bool(jit_compile))(x, valid)
+    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs, False,
+                                    bool(jit_compile))(x, valid, seed_word(seed))
     _backend.set_shape(labels, x.shape)  # the runner is traced for any shape; keep what is known
     _backend.set_shape(k, x.shape[:1])
     _backend.set_shape(silhouette, x.shape[:1])
@@ -112,7 +112,7 @@ def kmeans_1d_candidates(
     `lloyd_runs=0` every clustering is the exact optimum."""
     x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
     labels, sse, silhouette, eligible, optimal_sse = _runner(
-        k_min, k_max, max_table_elements, lloyd_runs, seed, True, bool(jit_compile))(x, valid)
+        k_min, k_max, max_table_elements, lloyd_runs, True, bool(jit_compile))(x, valid, seed_word(seed))
     num_k = k_max - k_min + 1
     _backend.set_shape(labels, [x.shape[0], num_k, x.shape[1]])
     for t in (sse, silhouette, eligible, optimal_sse):
@@ -122,9 +122,9 @@ def kmeans_1d_candidates(
 
 
 @functools.lru_cache(maxsize=None)
-def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, seed: int, candidates: bool,
-            jit_compile: bool):
-    """One compiled function per setting (kitm.ops.kmeans1d.backend.compiled)."""
+def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, candidates: bool, jit_compile: bool):
+    """One compiled function per setting (kitm.ops.kmeans1d.backend.compiled); the seed is one of its inputs, so
+    that clustering with another seed does not trace it again."""
     if candidates:
         fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[3:]  # noqa: E731
         out_dtypes, out_ranks = ("int32", "float64", "float64", "bool", "float64"), (3, 2, 2, 2, 2)
@@ -132,10 +132,10 @@ def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, se
         fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[:3]  # noqa: E731
         out_dtypes, out_ranks = ("int32", "int32", "float64"), (2, 1, 1)
 
-    def run(x, valid):
+    def run(x, valid, word):
         # Every random number a row's Lloyd runs use is drawn here, per row, before chunking: a
         # row's clusters depend on (seed, its row index) and not on the chunk size.
-        draws = _uniform_draws(ops.shape(x)[0], k_min, k_max, lloyd_runs, seed)
+        draws = _uniform_draws(ops.shape(x)[0], k_min, k_max, lloyd_runs, word)
         return _backend.map_chunks(fn, (x, valid, draws), max_table_elements, out_dtypes, out_ranks)
 
     return _backend.compiled(run, jit_compile)

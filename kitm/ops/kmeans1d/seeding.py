@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from keras import ops
 
 from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _cumsum, _f64, _int, _shape
@@ -53,17 +55,24 @@ def _hash32(x):
     return ops.bitwise_xor(x, shift(x, 16))
 
 
-def _uniform_draws(rows, k_min: int, k_max: int, runs: int, seed: int):
+def seed_word(seed: int) -> np.ndarray:
+    """The int32 scalar a seed enters the draws as (`_uniform_draws`): an input of the compiled clustering, not a
+    constant of its trace, so that a new seed runs the same compiled function."""
+    return np.asarray(_as_int32(seed * 0x9E3779B9 + 0x632BE5AB), np.int32)
+
+
+def _uniform_draws(rows, k_min: int, k_max: int, runs: int, word):
     """The uniform numbers of every row's Lloyd runs: float64 [rows, groups, runs, _draws_per_run], in (0, 1).
 
     Counter-based: the number at (row, group, run, i) is a hash of its flat index and of `seed`, so it depends
     on the row's index and the seed only (not on chunking, the batch size or the backend), and is the same
-    on TensorFlow, JAX and PyTorch.  24 bits each (exact in any float type; finer than any draw here needs).
+    on TensorFlow, JAX and PyTorch.  `word`: the seed as `seed_word(seed)` gives it (int32 scalar).  24 bits each
+    (exact in any float type; finer than any draw here needs).
     """
     groups, per_run = len(_trial_groups(k_min, k_max)), _draws_per_run(k_min, k_max)
     per_row = groups * runs * per_run
     counter = ops.arange(rows * per_row, dtype="int32")
-    key = _hash32(ops.convert_to_tensor(_as_int32(seed * 0x9E3779B9 + 0x632BE5AB), "int32"))
+    key = _hash32(ops.cast(word, "int32"))
     bits = _hash32(ops.bitwise_xor(_hash32(counter), key))
     top24 = ops.bitwise_and(ops.right_shift(bits, 8), (1 << 24) - 1)
     u = (_f64(top24) + 0.5) / float(1 << 24)
@@ -99,7 +108,7 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
     [r, runs, num_centres]."""
     x = xs[:, None, :]  # [r, 1, n]
     valid = in_range[:, None, :]
-    r, n = _shape(xs)[0], _shape(xs)[1]
+    r = _shape(xs)[0]
     count = _counter(xs, in_range, n_valid)
     most = ops.maximum(n_valid, 1)
 
