@@ -26,6 +26,9 @@ UNKNOWN_TOKEN = "[UNK]"
 _PUNCTUATION = r"[\p{P}\p{S}]+"
 
 
+# Not converted by autograph (tf.data maps convert what they call): the function has no tensor-dependent Python
+# control flow, and converting tensorflow-text's Python code with it cost about a second per trace.
+@tf.autograph.experimental.do_not_convert
 def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
     """Normalised words of each caption: [N] strings -> ragged [N, (words)]."""
     texts = tf_text.case_fold_utf8(tf.convert_to_tensor(texts, tf.string))
@@ -84,6 +87,7 @@ class CaptionTokenizer(keras.layers.Layer):
     def call(self, texts):
         return self.tf_tokenize(texts)
 
+    @tf.autograph.experimental.do_not_convert  # as split_words: plain TensorFlow ops, no Python control flow
     def tf_tokenize(self, texts):
         """`call` in TensorFlow ops alone, for tf.data maps on every Keras backend: a Keras layer called there on JAX
         or PyTorch converts its string inputs to that backend's arrays, which cannot hold strings."""
