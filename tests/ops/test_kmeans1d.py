@@ -609,3 +609,21 @@ def test_a_single_k_in_graph_mode_with_unknown_shapes():
     assert (k == 2).all()
     exact = kmeans_1d_candidates(x, 2, 2, lloyd_runs=0, jit_compile=False)
     assert (silhouette >= exact.silhouette.numpy()[:, 0] - 1e-12).all()
+
+
+def test_another_seed_runs_the_same_trace():
+    """The seed is an input of the compiled clustering: a new seed neither builds a new function nor traces it again
+    (each trace costs seconds), and still changes the Lloyd runs' draws."""
+    from kitm.ops.kmeans1d import cluster
+
+    x = np.random.default_rng(11).normal(size=(4, 9))
+    setting = (2, 4, cluster.DEFAULT_MAX_TABLE_ELEMENTS, 3, False, False)
+    auto_kmeans_1d(x, 2, 4, lloyd_runs=3, seed=0, jit_compile=False)
+    compiled = cluster._runner(*setting)
+    traces = compiled.experimental_get_tracing_count()
+    for seed in (1, 2, 12345):
+        auto_kmeans_1d(x, 2, 4, lloyd_runs=3, seed=seed, jit_compile=False)
+    assert cluster._runner(*setting) is compiled
+    assert compiled.experimental_get_tracing_count() == traces == 1
+    draws = [seeding._uniform_draws(4, 2, 4, 3, seeding.seed_word(s)).numpy() for s in (0, 1)]
+    assert not np.array_equal(*draws)
