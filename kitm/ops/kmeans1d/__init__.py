@@ -42,7 +42,8 @@ clustering is a k-means solution whose SSE is either the global minimum or that 
 k-means++ seeds, and whose silhouette is at least the higher of the two; its expectation is at least
 that of scikit-learn's KMeans (same algorithm, same distribution), and never below the exact
 optimum's.  `lloyd_runs=0` keeps the exact optima only.  The seeds are stateless draws from `seed`:
-the same input and seed always give the same clusters.
+the same input and seed always give the same clusters.  The seed is an input of the compiled clustering,
+not part of its trace: clustering with another seed reuses the compiled function.
 
 Ties
 ----
