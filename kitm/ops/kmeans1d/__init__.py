@@ -74,4 +74,5 @@ like ``numpy.argmax`` in the reference implementation.
 from kitm.ops.kmeans1d.cluster import (DEFAULT_LLOYD_RUNS, DEFAULT_MAX_TABLE_ELEMENTS, KMeans1DCandidates,
                                        auto_kmeans_1d, kmeans_1d_candidates)
 
-__all__ = ["auto_kmeans_1d", "kmeans_1d_candidates", "KMeans1DCandidates"]
+__all__ = ["auto_kmeans_1d", "kmeans_1d_candidates", "KMeans1DCandidates", "DEFAULT_LLOYD_RUNS",
+           "DEFAULT_MAX_TABLE_ELEMENTS"]
