@@ -8,6 +8,7 @@ eval JSON (the nanmean of a metric's per-query values must be the figure the JSO
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -360,7 +361,7 @@ def _claim_metric_warnings(claim: Claim, available: Sequence[str]) -> list[str]:
 
 def _judge(analysis: StudyAnalysis, claim: Claim, results: Sequence[RunResult]) -> claim_rules.ClaimResult:
     """One claim's verdict: on its own pair, or (several worlds) on the differences pooled with the world as a block
-    with each world's own verdict beside it."""
+    with each world's own verdict beside it. The pairs it leaves out are named in `analysis.warnings`."""
     # A pair scored on different test data (a block naming another world's baseline, say) is left out of every
     # figure of the claim, named in a warning: seeds pair runs on the same queries only.
     crossing = _claim_pairs_apart(results, claim)
@@ -401,10 +402,7 @@ def _judge(analysis: StudyAnalysis, claim: Claim, results: Sequence[RunResult]) 
 
 def _not_done_warnings(results: Sequence[RunResult]) -> list[str]:
     """How many runs are missing from the figures, by state (missing, failed, running)."""
-    counts: dict[str, int] = {}
-    for result in results:
-        if result.state != runs.DONE:
-            counts[result.state] = counts.get(result.state, 0) + 1
+    counts = collections.Counter(result.state for result in results if result.state != runs.DONE)
     if not counts:
         return []
     return ["not every run is in the figures: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))]
