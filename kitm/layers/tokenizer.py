@@ -17,6 +17,7 @@ import numpy as np
 from kitm.progress import progress_bar as tqdm
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops import unicode_script_tokenizer as _script_tokenizer_module
 
 from kitm.files import write_text_atomically
 
@@ -26,16 +27,47 @@ UNKNOWN_TOKEN = "[UNK]"
 _PUNCTUATION = r"[\p{P}\p{S}]+"
 
 
+def script_tokens(texts: tf.Tensor) -> tf.RaggedTensor:
+    """`tensorflow_text.UnicodeScriptTokenizer().tokenize(texts)` for [N] strings, without the tokens' byte offsets.
+
+    The tokenizer's `tokenize` computes each token's start and end byte offsets and drops them; their ragged gathers
+    and the ragged tensors' validity checks are about 1,400 of the 1,500 ops a tokenising graph held (0.8 s of
+    tracing on one CPU core, paid by every tf.data map, serving signature and eager call that tokenises). The tokens
+    come from the same kernel by the same steps (UTF-8 -> code points, split where the Unicode script changes and
+    drop whitespace, code points -> UTF-8, invalid bytes replaced by U+FFFD both ways), so they are identical
+    (tests/layers/test_tokenizer.py compares them on every Flickr8K caption and on edge cases); the kernel's row
+    splits are valid by construction, so they are not checked again. Other ranks, or a tensorflow-text without that
+    kernel, take the tokenizer's own path."""
+    kernel = getattr(_script_tokenizer_module, "gen_unicode_script_tokenizer", None)
+    if texts.shape.rank != 1 or kernel is None:
+        return tf_text.UnicodeScriptTokenizer().tokenize(texts)
+    codepoints = tf.strings.unicode_decode(texts, "UTF-8")
+    values, token_splits, _, _, caption_splits = kernel.unicode_script_tokenize_with_offsets(
+        input_values=codepoints.flat_values, input_splits=codepoints.row_splits, keep_whitespace=False)
+    tokens = tf.RaggedTensor.from_nested_row_splits(values, [caption_splits, token_splits], validate=False)
+    return tf.strings.unicode_encode(tokens, "UTF-8")
+
+
+def _keep_tokens(tokens: tf.RaggedTensor, keep: tf.Tensor) -> tf.RaggedTensor:
+    """The tokens whose `keep` (one bool per token, flat) is true, each row's order kept: `tf.ragged.boolean_mask`
+    in a handful of ops (a row's new end is the number of kept tokens up to its old end)."""
+    kept_before = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(keep, tf.int64))], axis=0)
+    return tf.RaggedTensor.from_row_splits(tf.boolean_mask(tokens.flat_values, keep),
+                                           tf.gather(kept_before, tokens.row_splits), validate=False)
+
+
 # Not converted by autograph (tf.data maps convert what they call): the function has no tensor-dependent Python
 # control flow, and converting tensorflow-text's Python code with it cost about a second per trace.
 @tf.autograph.experimental.do_not_convert
 def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
     """Normalised words of each caption: [N] strings -> ragged [N, (words)]."""
     texts = tf_text.case_fold_utf8(tf.convert_to_tensor(texts, tf.string))
-    tokens = tf_text.UnicodeScriptTokenizer().tokenize(texts)
+    tokens = script_tokens(texts)
     keep = tf.logical_not(tf.strings.regex_full_match(tokens.flat_values, _PUNCTUATION))
     keep = tf.logical_and(keep, tf.not_equal(tf.strings.strip(tokens.flat_values), ""))
-    return tf.ragged.boolean_mask(tokens, tokens.with_flat_values(keep))
+    if tokens.ragged_rank != 1:  # the tokenizer's own path on another rank
+        return tf.ragged.boolean_mask(tokens, tokens.with_flat_values(keep))
+    return _keep_tokens(tokens, keep)
 
 
 def build_vocabulary(captions: Iterable[str], *, min_count: int = 1, max_size: int | None = None,
