@@ -17,9 +17,13 @@ import numpy as np
 from kitm.progress import progress_bar as tqdm
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.python.ops import unicode_script_tokenizer as _script_tokenizer_module
 
 from kitm.files import write_text_atomically
+
+try:  # the module of tensorflow-text's script tokenizer, for its kernel (`script_tokens`); not a public name
+    from tensorflow_text.python.ops import unicode_script_tokenizer as _script_tokenizer_module
+except ImportError:  # another layout: script_tokens takes the tokenizer's own path
+    _script_tokenizer_module = None
 
 PAD_TOKEN = ""
 UNKNOWN_TOKEN = "[UNK]"
