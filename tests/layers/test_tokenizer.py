@@ -110,3 +110,13 @@ def test_works_inside_tf_data():
     tokenizer = CaptionTokenizer(["a", "b"], max_length=3)
     dataset = tf.data.Dataset.from_tensor_slices(["a b", "b c a x"]).batch(2).map(tokenizer)
     np.testing.assert_array_equal(next(iter(dataset)).numpy(), [[2, 3, 0], [3, 1, 2]])
+
+
+def test_without_the_kernels_module_the_tokenizers_own_path_gives_the_same_words(monkeypatch):
+    import kitm.layers.tokenizer as tokenizer_module
+
+    texts = tf.constant(EDGE_CASES)
+    fast = split_words(texts).to_list()
+    monkeypatch.setattr(tokenizer_module, "_script_tokenizer_module", None)
+    assert script_tokens(texts).to_list() == _public_tokens(texts).to_list()
+    assert split_words(texts).to_list() == fast
