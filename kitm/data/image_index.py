@@ -28,8 +28,8 @@ def read_image_ids(data_dir: str | os.PathLike, split: str = "train") -> np.ndar
     info = schema.load_info(data_dir)
     paths = info.shard_paths(data_dir, split)
     spec = {"image/id": tf.io.FixedLenFeature([], tf.int64)}
-    dataset = read_records(paths, deterministic=True).map(
-        lambda path, record: tf.io.parse_single_example(record, spec)["image/id"],
+    dataset = read_records(paths, deterministic=True).map(tf.autograph.experimental.do_not_convert(
+        lambda path, record: tf.io.parse_single_example(record, spec)["image/id"]),
         num_parallel_calls=tf.data.AUTOTUNE).batch(8192)
     ids = np.concatenate([batch.numpy() for batch in dataset]) if info.num_images(split) else np.zeros([0], np.int64)
     if ids.size != info.num_images(split):
@@ -78,6 +78,7 @@ class ImageIndexMap:
     def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """Map `y["image_index"]` of (x, y) training batches to positions."""
 
+        @tf.autograph.experimental.do_not_convert  # as kitm.data.pipeline's map functions
         def remap(x, y):
             y = dict(y)
             y["image_index"] = self.positions(y["image_index"])

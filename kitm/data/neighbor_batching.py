@@ -162,13 +162,14 @@ def paired_samples(root, split: str, info: schema.DatasetInfo, config, num_sampl
     total = len(positions)
     seeds = tf.data.Dataset.range(total).shuffle(total, seed=config.seed, reshuffle_each_iteration=True)
     seeds = seeds.repeat().take(pairs_per_epoch) if pairs_per_epoch > total else seeds.take(pairs_per_epoch)
-    seeds = seeds.map(lambda s: tf.cast(s, tf.int32))
+    seeds = seeds.map(tf.autograph.experimental.do_not_convert(lambda s: tf.cast(s, tf.int32)))
     # Stateless draws keyed by config.seed (a new sequence each epoch): reproducible whatever the threads do.
     draw_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
-    pairs = tf.data.Dataset.zip(seeds.batch(256), draw_seeds).map(
-        lambda s, seed: tf.stack([s, draw_partners(s, table, mutual, config.neighbor_draw, seed)], axis=1)).unbatch()
+    pairs = tf.data.Dataset.zip(seeds.batch(256), draw_seeds).map(tf.autograph.experimental.do_not_convert(
+        lambda s, seed: tf.stack([s, draw_partners(s, table, mutual, config.neighbor_draw, seed)], axis=1))).unbatch()
     rows = pairs.flat_map(tf.data.Dataset.from_tensor_slices)
 
+    @tf.autograph.experimental.do_not_convert  # as kitm.data.pipeline's map functions
     def load(position):
         parsed = parse_record(tf.constant("(in-memory training records)"), store[position // captions], spec)
         sample = sample_from_record(parsed, position % captions)

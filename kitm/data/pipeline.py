@@ -47,6 +47,11 @@ from kitm.ops.images import decode_pixels, eval_crops, eval_image, to_unit_float
 from kitm.relevance.batch import batch_cider, batch_sentence_relevance
 from kitm.relevance.truth import truth_relevance_tf
 
+# tf.data converts each map function, and all it calls, with autograph unless it is marked; kitm's hold no Python
+# control flow on tensors (their conditions are settings), and the conversions cost about 2 s of the 20 s of CPU of
+# a tiny launcher run (docs/performance.md). So every map function of kitm's data side is `_plain`.
+_plain = tf.autograph.experimental.do_not_convert
+
 CAPTION_MODES = ("sample", "all")
 # none; truth (the synthetic world's exact relevance); cider (CIDEr-D with the training idf); sbert (cosine of
 # sentence embeddings). Each needs its slot in the records (dataset.json lists them).
@@ -248,7 +253,7 @@ def replica_rows(dataset: tf.data.Dataset, replicas: int, *, first: int = 0, cou
         pieces.set_shape([replicas, None if rows is None else rows // replicas] + value.shape[1:].as_list())
         return pieces[first:first + count]
 
-    return dataset.map(lambda *element: tf.nest.map_structure(cut, element),
+    return dataset.map(_plain(lambda *element: tf.nest.map_structure(cut, element)),
                        num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
@@ -281,8 +286,8 @@ def _records(root, split: str, config: PipelineConfig, training: bool, shard: tu
         # machine's core count). Sharded before parsing: a pipeline decodes only its own records.
         records = read_records(paths, shuffle_files=training, deterministic=True, seed=config.seed,
                                cycle_length=min(len(paths), 16)).shard(*shard)
-    records = records.map(lambda path, record: parse_record(path, record, spec), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=config.deterministic)
+    records = records.map(_plain(lambda path, record: parse_record(path, record, spec)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
     if training and config.train_subset is not None:
         # Membership by binary search in the sorted kept ids: O(log n) a record, whatever the subset's size.
         kept = tf.constant(config.train_subset, tf.int64)
@@ -292,7 +297,7 @@ def _records(root, split: str, config: PipelineConfig, training: bool, shard: tu
             position = tf.minimum(tf.searchsorted(kept, image_id, side="left")[0], tf.size(kept) - 1)
             return tf.equal(tf.gather(kept, position), image_id[0])
 
-        records = records.filter(is_kept)
+        records = records.filter(_plain(is_kept))
     return info, records
 
 
@@ -373,12 +378,12 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
         if info.image_mode == "encoded":
             # Decode here, in parallel: flat_map below runs its function on one thread, where the decode was the
             # pipeline's serial bottleneck on many cores. After the shuffle, so its buffer holds compressed bytes.
-            dataset = dataset.map(_with_pixels, num_parallel_calls=tf.data.AUTOTUNE,
+            dataset = dataset.map(_plain(_with_pixels), num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=config.deterministic)
         # The caption drawn for each image: stateless, from its own seed pair (a stream apart from augment's).
         caption_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2).map(
-            lambda pair: tf.random.experimental.stateless_fold_in(pair, 1))
-        dataset = tf.data.Dataset.zip(dataset, caption_seeds).flat_map(to_samples)
+            _plain(lambda pair: tf.random.experimental.stateless_fold_in(pair, 1)))
+        dataset = tf.data.Dataset.zip(dataset, caption_seeds).flat_map(_plain(to_samples))
         if config.captions == "all":
             dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed,
                                       reshuffle_each_iteration=True)
@@ -391,7 +396,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     # One stateless seed pair per sample; rerandomised each epoch, the same sequence in every run.
     seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
     dataset = tf.data.Dataset.zip(dataset, seeds)
-    dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+    dataset = dataset.map(_plain(augment), num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
     dataset = dataset.batch(config.batch_size, drop_remainder=True)
     # flat_map hides the length from tf.data; stating it lets Keras size epochs and progress bars.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(samples // config.batch_size))
@@ -415,7 +420,7 @@ def _with_neighbor_positions(table, num_replicas: int):
              for replica, block in enumerate(blocks)], axis=0)
         return batch
 
-    return add
+    return _plain(add)
 
 
 def tf_tokenize(tokenizer, texts):
@@ -434,7 +439,7 @@ def _to_model_inputs(tokenizer, config: PipelineConfig, info: schema.DatasetInfo
             y["relevance"] = batch_relevance_matrix(batch, config.relevance, info, config.num_replicas)
         return x, y
 
-    return convert
+    return _plain(convert)
 
 
 def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: PipelineConfig,
@@ -468,9 +473,9 @@ def evaluation_dataset(root: str | os.PathLike, split: str, tokenizer, config: P
         batch["tokens"] = tf.nest.map_structure(lambda ids: tf.reshape(ids, [shape[0], shape[1], -1]), tokens)
         return batch
 
-    dataset = records.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = records.map(_plain(prepare), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batch_size = max(1, config.batch_size // config.test_crops) if info.image_mode == "encoded" else config.batch_size
-    return dataset.batch(batch_size).map(tokenize).prefetch(tf.data.AUTOTUNE)
+    return dataset.batch(batch_size).map(_plain(tokenize)).prefetch(tf.data.AUTOTUNE)
 
 
 def training_captions(root: str | os.PathLike, split: str = "train") -> list[str]:
@@ -478,7 +483,7 @@ def training_captions(root: str | os.PathLike, split: str = "train") -> list[str
     info = schema.load_info(root)
     spec = {"captions": tf.io.FixedLenFeature([info.captions_per_image], tf.string)}
     dataset = read_records(info.shard_paths(root, split)).map(
-        lambda path, record: tf.io.parse_single_example(record, spec)["captions"],
+        _plain(lambda path, record: tf.io.parse_single_example(record, spec)["captions"]),
         num_parallel_calls=tf.data.AUTOTUNE)
     captions: list[str] = []
     for batch in dataset.batch(4096):

@@ -136,8 +136,11 @@ def read_records(
     files = tf.data.Dataset.from_tensor_slices(list(paths))
     if shuffle_files:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    # Not converted by autograph, as every map function of kitm's data side (kitm.data.pipeline says why).
     return files.interleave(
-        lambda path: tf.data.TFRecordDataset(path).map(lambda record: (path, record)),
+        tf.autograph.experimental.do_not_convert(
+            lambda path: tf.data.TFRecordDataset(path).map(
+                tf.autograph.experimental.do_not_convert(lambda record: (path, record)))),
         cycle_length=cycle_length or min(len(paths), 8),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=deterministic,

@@ -82,6 +82,7 @@ def read_split(data_dir: str | os.PathLike, split: str, *, limit: int | None = N
     if truth:
         keys += [schema.TRUTH_SCENE_FACTS, schema.TRUTH_CAPTION_FACTS]
 
+    @tf.autograph.experimental.do_not_convert  # as kitm.data.pipeline's map functions
     def select(path, record):
         parsed = parse_record(path, record, spec)
         out = {key: parsed[key] for key in keys if key != "image/regions"}

@@ -217,21 +217,25 @@ class ImageFeatureExtractor:
 
         from kitm.ops.images import decode_image, eval_image
 
+        # Map functions not converted by autograph, as kitm.data.pipeline's: plain TensorFlow ops.
+        plain = tf.autograph.experimental.do_not_convert
         if isinstance(image_input, ImageFiles):
             images = tf.data.Dataset.from_tensor_slices([str(path) for path in image_input.paths[start:stop]])
-            images = images.map(lambda path: decode_image(tf.io.read_file(path)), num_parallel_calls=tf.data.AUTOTUNE)
+            images = images.map(plain(lambda path: decode_image(tf.io.read_file(path))),
+                                num_parallel_calls=tf.data.AUTOTUNE)
         else:
             images = tf.data.Dataset.from_tensor_slices(np.asarray(image_input.images[start:stop])).map(
-                lambda image: tf.image.convert_image_dtype(image, tf.float32), num_parallel_calls=tf.data.AUTOTUNE)
+                plain(lambda image: tf.image.convert_image_dtype(image, tf.float32)),
+                num_parallel_calls=tf.data.AUTOTUNE)
         options = self.options
         if options.space == "pixels":
             side = options.pixel_side
             # Box averaging: each output value is the mean of the input pixels its cell covers.
-            images = images.map(lambda image: tf.reshape(tf.image.resize(image, [side, side], method="area"), [-1]),
-                                num_parallel_calls=tf.data.AUTOTUNE)
+            images = images.map(plain(lambda image: tf.reshape(tf.image.resize(image, [side, side], method="area"),
+                                                               [-1])), num_parallel_calls=tf.data.AUTOTUNE)
             encode, batch = (lambda batch: batch), _PIXEL_BATCH
         else:
-            images = images.map(lambda image: eval_image(image, options.image_size, options.crop_fraction),
+            images = images.map(plain(lambda image: eval_image(image, options.image_size, options.crop_fraction)),
                                 num_parallel_calls=tf.data.AUTOTUNE)
             encode, batch = self._backbone(), options.batch_size
         parts = []
