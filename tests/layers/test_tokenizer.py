@@ -26,8 +26,10 @@ def _public_tokens(texts):
 
 
 def _flickr8k_captions(shared_dir):
-    lines = (shared_dir / "data" / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
-    return [line.split("\t", 1)[1] for line in lines if "\t" in line]
+    from kitm.data.flickr8k import read_token_file
+
+    captions = read_token_file(shared_dir / "data" / "flickr8k" / "Flickr8k.token.txt")
+    return [caption for numbered in captions.values() for _, caption in numbered]
 
 
 def test_script_tokens_equal_the_tokenizers_own_on_flickr8k_and_edge_cases(shared_dir):
