@@ -13,9 +13,9 @@ BACKENDS = ("jax", "torch")
 CASE = "layers_dual_encoder.py"
 
 
-def _compare(results, reference):
+def _compare(results, reference, atol=2e-6):
     for name in reference:
-        np.testing.assert_allclose(results[name], reference[name], rtol=1e-5, atol=2e-6, err_msg=name)
+        np.testing.assert_allclose(results[name], reference[name], rtol=1e-5, atol=atol, err_msg=name)
 
 
 def _trains(results):
@@ -67,7 +67,9 @@ def test_fit_with_kitm_triplet_loss_equals_tensorflow(backend_results, backend):
     _trains(reference)
     results = backend_results("layers_dual_encoder_triplet.py", backend)
     _trains(results)
-    _compare(results, reference)
+    # The case's SGD step of 0.5 over the sum of hinges carries float32 rounding along further than the InfoNCE
+    # case does: embeddings (unit vectors) 7.3e-6 apart on PyTorch on an Intel Xeon, within 2e-6 on AMD EPYC.
+    _compare(results, reference, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
