@@ -135,6 +135,29 @@ def launch():
     return run
 
 
+@pytest.fixture
+def launch_refused(capsys):
+    """`launch_refused(args) -> stderr`: kitm.launch's `main` on `args` in this process, expected to stop with exit
+    status 2 before training (the refusals of flags and data, which a fresh interpreter would only add its ~7 s
+    of imports to); absl's flags are reset before and after. What only the command line does (absl's parsing of a
+    flagfile, the exit status of the process) is tested through `launch`."""
+    from absl import flags
+
+    from kitm import launch as launcher
+
+    def run(args):
+        flags.FLAGS.unparse_flags()
+        try:
+            flags.FLAGS(["kitm.launch", *args])
+            with pytest.raises(SystemExit) as stopped:
+                launcher.main(["kitm.launch"])
+        finally:
+            flags.FLAGS.unparse_flags()
+        assert stopped.value.code == 2
+        return capsys.readouterr().err
+    return run
+
+
 @pytest.fixture(scope="session")
 def run_python():
     """`run_python(script, *args, cwd, timeout=300)`: a Python source string in a fresh interpreter, with the

@@ -236,16 +236,10 @@ def test_a_setting_out_of_its_bounds_is_refused_naming_the_flag(args, message):
         FLAGS.unparse_flags()
 
 
-def test_a_non_finite_learning_rate_stops_the_launcher_before_it_writes_anything(tmp_path, monkeypatch, capsys):
+def test_a_non_finite_learning_rate_stops_the_launcher_before_it_writes_anything(tmp_path, monkeypatch,
+                                                                                    launch_refused):
     monkeypatch.chdir(tmp_path)
-    FLAGS.unparse_flags()
-    try:
-        FLAGS(["kitm.launch", "--learning_rate=nan", f"--run_dir={tmp_path / 'run'}"])
-        with pytest.raises(SystemExit) as stopped:
-            launch.main(["kitm.launch"])
-    finally:
-        FLAGS.unparse_flags()
-    assert stopped.value.code == 2
-    assert capsys.readouterr().err.strip() == ("kitm.launch: error: --learning_rate=nan: not a finite number; give a "
-                                               "finite one in [0, 1] (the default is 0.0002).")
+    stderr = launch_refused(["--learning_rate=nan", f"--run_dir={tmp_path / 'run'}"])
+    assert stderr.strip() == ("kitm.launch: error: --learning_rate=nan: not a finite number; give a finite one in "
+                              "[0, 1] (the default is 0.0002).")
     assert not list(tmp_path.iterdir())  # no run folder, no world built

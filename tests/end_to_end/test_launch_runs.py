@@ -116,11 +116,10 @@ def test_unknown_flag_in_a_flagfile_is_named(tmp_path, launch):
     assert result.returncode != 0 and "learnin_rate" in result.stderr
 
 
-def test_impossible_values_are_named(tiny_synthetic, tmp_path, launch, tiny_flags):
-    result = launch(["--margin=-0.2"])
-    assert result.returncode == 2 and "--margin=-0.2: must be >= 0 (a hinge margin" in result.stderr
-    result = launch([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
-    assert result.returncode == 2 and "--batch_size=512 is larger than the 96 training samples" in result.stderr
+def test_impossible_values_are_named(tiny_synthetic, tmp_path, launch_refused, tiny_flags):
+    assert "--margin=-0.2: must be >= 0 (a hinge margin" in launch_refused(["--margin=-0.2"])
+    stderr = launch_refused([*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}", "--batch_size=512"])
+    assert "--batch_size=512 is larger than the 96 training samples" in stderr
 
 
 def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path, launch, tiny_flags):
@@ -139,16 +138,13 @@ def test_corrupt_shard_stops_the_run_naming_the_shard(tiny_synthetic, tmp_path, 
     assert shard.name in result.stderr and "corrupt" in result.stderr
 
 
-def test_launcher_refuses_contradictory_training_controls(tiny_synthetic, tmp_path, launch):
+def test_launcher_refuses_contradictory_training_controls(tiny_synthetic, tmp_path, launch_refused):
     base = ["--dataset=synthetic", "--image_size=32", f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path}",
             "--batch_size=16", "--progress=false", "--epochs=2"]
-    result = launch([*base, "--finetune_after_epochs=1"])
-    assert result.returncode == 2
-    assert "--finetune_after_epochs needs a pretrained backbone" in result.stderr and "small_cnn" in result.stderr
-    result = launch([*base, "--warmup_epochs=1"])
-    assert result.returncode == 2 and "the warm-up is part of the cosine schedule" in result.stderr
-    assert "--lr_schedule=cosine" in result.stderr
-
+    stderr = launch_refused([*base, "--finetune_after_epochs=1"])
+    assert "--finetune_after_epochs needs a pretrained backbone" in stderr and "small_cnn" in stderr
+    stderr = launch_refused([*base, "--warmup_epochs=1"])
+    assert "the warm-up is part of the cosine schedule" in stderr and "--lr_schedule=cosine" in stderr
 
 
 @pytest.mark.slow
