@@ -3,10 +3,7 @@ finished run directory that is refused instead of silently trained again, valida
 than the evaluation interval, and the resume message printed when the backup is restored."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -21,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_a_python_run_validates_at_its_end_and_its_directory_is_not_trained_again(tiny_synthetic, tmp_path):
+def test_a_python_run_validates_at_its_end_and_its_directory_is_not_trained_again(tiny_synthetic, tmp_path,
+                                                                                   launch_refused):
     run_dir = tmp_path / "run"
     # The synthetic presets validate every 3 epochs; this run has one.
     config = experiment_config("synthetic", data_dir=str(tiny_synthetic), run_dir=str(run_dir), epochs=1,
@@ -39,12 +37,9 @@ def test_a_python_run_validates_at_its_end_and_its_directory_is_not_trained_agai
     assert f"{run_dir} holds a finished run" in message and "give a new run_dir" in message
     assert f"python -m kitm.eval --run_dir={run_dir}" in message
     # Through the launcher the same refusal names the flag, exits 2, and nothing in the run changed.
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    launched = subprocess.run([sys.executable, "-m", "kitm.launch", "--flagfile=launch/demo.flags",
-                               f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
-    assert launched.returncode == 2, launched.stderr
-    assert "give a new --run_dir" in launched.stderr and "Traceback" not in launched.stderr
+    stderr = launch_refused([f"--flagfile={ROOT / 'launch' / 'demo.flags'}", f"--data_dir={tiny_synthetic}",
+                             f"--run_dir={run_dir}"])
+    assert "give a new --run_dir" in stderr and "Traceback" not in stderr
     assert sorted(path.name for path in run_dir.rglob("*")) == before
 
 
