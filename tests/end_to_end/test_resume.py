@@ -13,14 +13,19 @@ import h5py
 import pytest
 
 
-def _command(tiny_flags, tiny_synthetic, run_dir):
+def _flags(tiny_flags, tiny_synthetic, run_dir):
     # 6 steps per epoch, 18 in all; a backup every 5 steps lands mid-epoch (after steps 5, 10, 15).
-    return [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}",
-            "--epochs=3", "--eval_every_epochs=0", "--backup_every_steps=5"]
+    return [*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=3", "--eval_every_epochs=0",
+            "--backup_every_steps=5"]
+
+
+def _command(tiny_flags, tiny_synthetic, run_dir):
+    return [sys.executable, "-m", "kitm.launch", *_flags(tiny_flags, tiny_synthetic, run_dir)]
 
 
 @pytest.mark.slow
-def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tiny_synthetic, tmp_path, tiny_flags, repo_root):
+def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tiny_synthetic, tmp_path, tiny_flags, repo_root,
+                                                                            launch_refused):
     run_dir = tmp_path / "run"
     metadata = run_dir / "backup" / "training_metadata.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -45,12 +50,11 @@ def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tin
     backup = {path.name: path.read_bytes() for path in (run_dir / "backup").iterdir()}
     for changed, named in ((["--batch_size=12"], "--batch_size: before 16, now 12"),
                            (["--loss=infonce"], "--loss: before ")):
-        refused = subprocess.run(_command(tiny_flags, tiny_synthetic, run_dir) + changed, cwd=repo_root, env=env,
-                                 capture_output=True, text=True, timeout=600)
-        assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+        refused = launch_refused(_flags(tiny_flags, tiny_synthetic, run_dir) + changed)
+        assert "Traceback" not in refused, refused[-3000:]
         assert (f"kitm.launch: error: {run_dir} holds an unfinished run (its backup at step {killed_at}) made with "
-                f"other settings: {named}") in refused.stderr, refused.stderr[-3000:]
-        assert f"(recorded in {run_dir / 'backup' / 'run_settings.json'})" in refused.stderr
+                f"other settings: {named}") in refused, refused[-3000:]
+        assert f"(recorded in {run_dir / 'backup' / 'run_settings.json'})" in refused
         assert {path.name: path.read_bytes() for path in (run_dir / "backup").iterdir()} == backup
 
     result = subprocess.run(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root, env=env, capture_output=True, text=True,
