@@ -1,4 +1,5 @@
-"""Tests for kitm.data.synthetic, written from the relevance definition in the task brief / module docstring.
+"""Tests for kitm.data.synthetic's shapes world (``world="shapes"``, the world of kitm's first claims studies), written
+from the relevance definition in the task brief / module docstring (the things world: tests/data/test_things_world.py).
 
 The oracle below is a plain Python transcription of the definition (loops over objects, pairs and mentions);
 hand-made fact arrays give exact values; generated worlds are checked against their own geometry and pixels.
@@ -284,7 +285,7 @@ def test_bad_facts_raise_clear_errors(scene, rows, message):
 
 @pytest.fixture(scope="module")
 def world() -> syn.SyntheticWorld:
-    return generate_world(500, seed=11)
+    return generate_world(500, seed=11, world="shapes")
 
 
 def test_world_arrays_have_the_documented_layout(world):
@@ -310,7 +311,7 @@ def test_own_image_relevance_is_one_and_values_are_in_unit_interval(world):
 
 
 def test_own_image_relevance_is_one_at_another_image_size():
-    world = generate_world(40, seed=2, image_size=96, captions_per_image=3)
+    world = generate_world(40, seed=2, image_size=96, captions_per_image=3, world="shapes")
     assert world.images.shape == (40, 96, 96, 3) and world.caption_facts.shape == (40, 3, CAPTION_FACT_WIDTH)
     own = world.relevance().reshape(40, 40, 3)[np.arange(40), np.arange(40)]
     assert (own == 1.0).all()
@@ -347,7 +348,7 @@ def test_numpy_and_tf_agree_on_a_world_and_tf_runs_in_graph_mode(world):
 
 
 def test_same_seed_same_world_other_seed_other_world():
-    first, second, other = (generate_world(60, seed=s) for s in (5, 5, 6))
+    first, second, other = (generate_world(60, seed=s, world="shapes") for s in (5, 5, 6))
     assert first.images.tobytes() == second.images.tobytes()
     np.testing.assert_array_equal(first.scene_facts, second.scene_facts)
     np.testing.assert_array_equal(first.caption_facts, second.caption_facts)
@@ -363,23 +364,23 @@ def test_splits_follow_the_fractions(world):
     counts = collections.Counter(world.splits.tolist())
     assert counts == {"train": 400, "val": 50, "test": 50}
     assert not (world.splits[:50] == "train").all()  # a permutation, not blocks
-    odd = generate_world(97, seed=1, split_fractions=(0.7, 0.2, 0.1)).splits
+    odd = generate_world(97, seed=1, split_fractions=(0.7, 0.2, 0.1), world="shapes").splits
     for name, fraction in zip(("train", "val", "test"), (0.7, 0.2, 0.1)):
         assert abs((odd == name).sum() - fraction * 97) <= 1
-    tiny = generate_world(3, seed=0, split_fractions=(0.98, 0.01, 0.01)).splits
+    tiny = generate_world(3, seed=0, split_fractions=(0.98, 0.01, 0.01), world="shapes").splits
     assert sorted(tiny.tolist()) == ["test", "train", "val"]
-    assert set(generate_world(5, seed=0, split_fractions=(1.0, 0.0, 0.0)).splits) == {"train"}
-    no_test = generate_world(10, seed=0, split_fractions=(0.5, 0.5, 0.0))
+    assert set(generate_world(5, seed=0, split_fractions=(1.0, 0.0, 0.0), world="shapes").splits) == {"train"}
+    no_test = generate_world(10, seed=0, split_fractions=(0.5, 0.5, 0.0), world="shapes")
     assert collections.Counter(no_test.splits.tolist()) == {"train": 5, "val": 5}
     np.testing.assert_array_equal(no_test.split_indices("val"), np.flatnonzero(no_test.splits == "val"))
 
 
 def test_split_counts_give_exact_splits_and_match_the_fractions_that_round_to_them():
-    world = generate_world(60, seed=3, split_counts=(20, 15, 25))
+    world = generate_world(60, seed=3, split_counts=(20, 15, 25), world="shapes")
     assert collections.Counter(world.splits.tolist()) == {"train": 20, "val": 15, "test": 25}
     # 48 / 6 / 6 is what 0.8 / 0.1 / 0.1 of 60 rounds to: the same world, split for split.
-    by_counts = generate_world(60, seed=3, split_counts=(48, 6, 6))
-    np.testing.assert_array_equal(by_counts.splits, generate_world(60, seed=3).splits)
+    by_counts = generate_world(60, seed=3, split_counts=(48, 6, 6), world="shapes")
+    np.testing.assert_array_equal(by_counts.splits, generate_world(60, seed=3, world="shapes").splits)
     # The scenes do not depend on how they are split.
     assert world.images.tobytes() == by_counts.images.tobytes()
 
@@ -387,11 +388,11 @@ def test_split_counts_give_exact_splits_and_match_the_fractions_that_round_to_th
 @pytest.mark.parametrize("counts", [(20, 15), (20, 15, 24), (0, 30, 30), (30, -1, 31), (20.0, 20.0, 20.0)])
 def test_bad_split_counts_are_refused(counts):
     with pytest.raises(ValueError, match="split_counts"):
-        generate_world(60, seed=0, split_counts=counts)
+        generate_world(60, seed=0, split_counts=counts, world="shapes")
 
 
 def test_near_duplicate_rate_moves_how_many_scenes_are_derived():
-    rates = [float((generate_world(300, seed=2, near_duplicate_rate=r).derived_from >= 0).mean())
+    rates = [float((generate_world(300, seed=2, near_duplicate_rate=r, world="shapes").derived_from >= 0).mean())
              for r in (0.0, 0.35, 0.7)]
     assert rates[0] == 0.0 and rates[0] < rates[1] < rates[2]
 
@@ -526,14 +527,14 @@ def test_generate_world_rejects_bad_arguments():
         ({"num_scenes": 2, "split_fractions": (0.4, 0.3, 0.3)}, "num_scenes"),
     ):
         with pytest.raises(ValueError, match=name):
-            generate_world(**({"num_scenes": 4} | kwargs))
+            generate_world(**({"num_scenes": 4, "world": "shapes"} | kwargs))
 
 
 def test_progress_bar_and_rate_extremes(capsys):
-    fresh = generate_world(30, seed=3, near_duplicate_rate=0.0, progress=True)
+    fresh = generate_world(30, seed=3, near_duplicate_rate=0.0, progress=True, world="shapes")
     assert (fresh.derived_from == -1).all()
     assert "synthetic world" in capsys.readouterr().err
-    chained = generate_world(30, seed=3, near_duplicate_rate=1.0)
+    chained = generate_world(30, seed=3, near_duplicate_rate=1.0, world="shapes")
     assert (chained.derived_from[1:] >= 0).all() and chained.derived_from[0] == -1
 
 
@@ -542,8 +543,8 @@ def test_progress_bar_and_rate_extremes(capsys):
 def test_complementary_world_shares_scenes_and_states_only_visible_facts():
     from kitm.data.synthetic.complementary import MATERIALS, TOPICS
 
-    literal = generate_world(300, seed=5)
-    world = generate_world(300, seed=5, caption_style="complementary")
+    literal = generate_world(300, seed=5, world="shapes")
+    world = generate_world(300, seed=5, caption_style="complementary", world="shapes")
     # the same scenes, pixels and splits; only the captions differ
     assert (world.images == literal.images).all() and (world.splits == literal.splits).all()
     assert (world.scene_facts == literal.scene_facts).all() and world.caption_style == "complementary"
@@ -569,10 +570,10 @@ def test_complementary_world_shares_scenes_and_states_only_visible_facts():
     assert 0.75 < named_topic / 1500 < 0.95 and 0.35 < named_material / 1500 < 0.65
     assert (world.caption_facts[..., 1] >= 0).mean() < 0.65 < (literal.caption_facts[..., 1] >= 0).mean()
     # the story is hinted by the image: scenes whose largest object has the same shape and colour share it often
-    again = generate_world(300, seed=5, caption_style="complementary")
+    again = generate_world(300, seed=5, caption_style="complementary", world="shapes")
     assert again.captions == world.captions and (again.topics == world.topics).all()
     with pytest.raises(ValueError, match="caption_style"):
-        generate_world(4, caption_style="poetic")
+        generate_world(4, caption_style="poetic", world="shapes")
 
 
 def test_complementary_captions_cluster_by_story_in_sentence_space():
@@ -580,7 +581,7 @@ def test_complementary_captions_cluster_by_story_in_sentence_space():
     space (the offline MiniLM) than captions of other stories showing the same shape."""
     from kitm.relevance import sentence_embeddings
 
-    world = generate_world(120, seed=2, caption_style="complementary")
+    world = generate_world(120, seed=2, caption_style="complementary", world="shapes")
     texts = [text for captions in world.captions for text in captions]
     topics = np.repeat(world.topics, 5)
     shapes = world.caption_facts[..., 0].reshape(-1)

@@ -1,8 +1,10 @@
 """The synthetic world as a dataset: ``generate_world`` draws scenes, renders them, captions them and splits them.
 
 ``SyntheticWorld`` holds the result, scene n's image, captions and facts at index n, and gives its exact relevance
-(`kitm.relevance.truth`). Splits are drawn independently of near-duplicate derivation, so near-duplicates straddle
-splits, as similar photographs do in COCO.
+(`kitm.relevance.world_truth`). Two worlds share this machinery (`kitm.data.synthetic.generators`): ``things``, the
+default (everyday objects in settings, captions like people's: `kitm.data.synthetic.things`), and ``shapes`` (the
+coloured shapes of kitm's first claims studies). Splits are drawn independently of near-duplicate derivation, so
+near-duplicates straddle splits, as similar photographs do in COCO.
 
 Determinism
 -----------
@@ -17,13 +19,10 @@ from typing import Sequence
 
 import numpy as np
 
-from kitm.data.synthetic.captions import scene_captions
-from kitm.data.synthetic.complementary import (CAPTION_STYLES, complementary_captions, object_materials,
-                                               scene_topic)
-from kitm.data.synthetic.rendering import render_scene
-from kitm.data.synthetic.scenes import SceneObject, derive_scene, fresh_scene, scene_fact_rows
-from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, MAX_OBJECTS, SCENE_FACT_FIELDS
-from kitm.relevance.truth import truth_relevance
+from kitm.data.synthetic.complementary import CAPTION_STYLES
+from kitm.data.synthetic.generators import Generator, generator
+from kitm.relevance.world_truth import (DEFAULT_WORLD, caption_fact_width, check_world, max_objects,
+                                        scene_fact_width, world_relevance)
 
 _MIN_IMAGE_SIZE = 32
 
@@ -37,13 +36,14 @@ class SyntheticWorld:
 
     images: np.ndarray  # uint8 [N, image_size, image_size, 3]
     captions: list[list[str]]  # N lists of captions_per_image strings
-    scene_facts: np.ndarray  # int32 [N, MAX_OBJECTS, 7]
-    caption_facts: np.ndarray  # int32 [N, captions_per_image, CAPTION_FACT_WIDTH]
+    scene_facts: np.ndarray  # int32 [N, objects, 7] (the world's fact format: kitm.relevance.world_truth)
+    caption_facts: np.ndarray  # int32 [N, captions_per_image, the world's caption fact width]
     splits: np.ndarray  # '<U5' [N]: "train" / "val" / "test"
     seed: int
     derived_from: np.ndarray | None = None  # int32 [N]
     caption_style: str = "literal"  # "complementary": captions that add to the scene (kitm.data.synthetic.complementary)
     topics: np.ndarray | None = None  # int32 [N], each scene's story (complementary worlds only)
+    world: str = DEFAULT_WORLD  # "things" or "shapes"
 
     @property
     def num_scenes(self) -> int:
@@ -71,11 +71,9 @@ class SyntheticWorld:
         ``kitm.eval.evaluate`` takes the transpose (captions by images).
         """
         selected = np.arange(self.num_scenes) if indices is None else np.asarray(indices)
-        return truth_relevance(
-            self.scene_facts[selected],
-            self.caption_facts[selected].reshape(-1, CAPTION_FACT_WIDTH),
-            image_size=self.image_size,
-        )
+        return world_relevance(self.scene_facts[selected],
+                               self.caption_facts[selected].reshape(-1, self.caption_facts.shape[-1]),
+                               world=self.world, image_size=self.image_size)
 
 
 def _split_counts(num_scenes: int, fractions: Sequence[float]) -> np.ndarray:
@@ -119,7 +117,7 @@ def _split_labels(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate,
-                     caption_style="literal") -> None:
+                     caption_style="literal", world=DEFAULT_WORLD) -> None:
     """generate_world's arguments, each refused with its name and the value given."""
     if isinstance(num_scenes, bool) or not isinstance(num_scenes, (int, np.integer)) or num_scenes < 1:
         raise ValueError(f"`num_scenes` must be a positive integer; got {num_scenes!r}.")
@@ -129,33 +127,67 @@ def _check_arguments(num_scenes, seed, image_size, captions_per_image, near_dupl
         raise ValueError(f"`image_size` must be an integer >= {_MIN_IMAGE_SIZE}; got {image_size!r}.")
     if not isinstance(captions_per_image, (int, np.integer)) or captions_per_image < 1:
         raise ValueError(f"`captions_per_image` must be a positive integer; got {captions_per_image!r}.")
-    if not 0.0 <= float(near_duplicate_rate) <= 1.0:
+    if near_duplicate_rate is not None and not 0.0 <= float(near_duplicate_rate) <= 1.0:
         raise ValueError(f"`near_duplicate_rate` must be in [0, 1]; got {near_duplicate_rate!r}.")
     if caption_style not in CAPTION_STYLES:
         raise ValueError(f"`caption_style` must be one of {', '.join(CAPTION_STYLES)}; got {caption_style!r}.")
+    try:
+        check_world(world)
+    except ValueError as error:
+        raise ValueError(f"`world`: {error}") from None
 
 
-def _draw_scene(scene_rng, scenes: list, near_duplicate_rate: float, image_size: int):
-    """(objects, parent) of the next scene: with probability `near_duplicate_rate` an earlier scene with one change
+def _draw_scene(world: Generator, scene_rng, scenes: list, near_duplicate_rate: float, image_size: int):
+    """(scene, parent) of the next scene: with probability `near_duplicate_rate` an earlier scene with one change
     (its index the parent), else a fresh one (parent -1)."""
     n = len(scenes)
     if n > 0 and scene_rng.random() < near_duplicate_rate:
         parent = int(scene_rng.integers(n))
-        objects = derive_scene(scene_rng, scenes[parent], image_size)
-        if objects is not None:
-            return objects, parent
-    return fresh_scene(scene_rng, image_size), -1
+        scene = world.derive(scene_rng, scenes[parent], image_size)
+        if scene is not None:
+            return scene, parent
+    return world.fresh(scene_rng, image_size), -1
 
 
-def _captions(caption_rng, story_rng, objects, image_size: int, count: int):
+def _captions(world: Generator, caption_rng, story_rng, scene, image_size: int, count: int):
     """(texts, facts, story) of one scene: literal captions without a story generator, complementary with one (the
     story and the materials from `story_rng`, the texts from `caption_rng`, as the literal ones)."""
     if story_rng is None:
-        return (*scene_captions(caption_rng, objects, image_size, count), -1)
-    topic = scene_topic(story_rng, objects)
-    texts, facts = complementary_captions(caption_rng, objects, image_size, count, topic,
-                                          object_materials(story_rng, objects))
-    return texts, facts, topic
+        return (*world.captions(caption_rng, scene, image_size, count), -1)
+    return world.complementary(caption_rng, story_rng, scene, image_size, count)
+
+
+def _draw_world(drawer: Generator, world: str, streams, num_scenes: int, image_size: int, captions_per_image: int,
+                near_duplicate_rate: float, render: bool, progress: bool, topics: np.ndarray | None):
+    """Every scene in turn: drawn (or derived), its facts, its pixels (when `render`), its captions; each from its own
+    stream of `streams` (scenes, captions, rendering, stories), so one changes without moving the others. Fills
+    `topics` for a complementary world."""
+    scene_rng, caption_rng, render_rng, story_rng = streams
+    images = np.zeros((num_scenes, image_size, image_size, 3), dtype=np.uint8)
+    scene_facts = np.empty((num_scenes, max_objects(world), scene_fact_width(world)), dtype=np.int32)
+    caption_facts = np.empty((num_scenes, captions_per_image, caption_fact_width(world)), dtype=np.int32)
+    derived_from = np.full(num_scenes, -1, dtype=np.int32)
+    captions: list[list[str]] = []
+    scenes: list = []
+
+    indices = range(num_scenes)
+    if progress:
+        from kitm.progress import progress_bar as tqdm
+
+        indices = tqdm(indices, desc=f"synthetic world ({world})", unit="scene")
+    for n in indices:
+        scene, derived_from[n] = _draw_scene(drawer, scene_rng, scenes, near_duplicate_rate, image_size)
+        scenes.append(scene)
+        scene_facts[n] = drawer.facts(scene, image_size)
+        if render:
+            images[n] = drawer.render(scene, image_size, render_rng)
+        texts, facts, topic = _captions(drawer, caption_rng, story_rng, scene, image_size, captions_per_image)
+        if topics is not None:
+            topics[n] = topic
+        captions.append(texts)
+        caption_facts[n] = facts
+
+    return images, scene_facts, caption_facts, derived_from, captions
 
 
 def generate_world(
@@ -164,10 +196,12 @@ def generate_world(
     seed: int = 0,
     image_size: int = 64,
     captions_per_image: int = 5,
-    near_duplicate_rate: float = 0.35,
+    near_duplicate_rate: float | None = None,
     split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
     split_counts: Sequence[int] | None = None,
     caption_style: str = "literal",
+    world: str = DEFAULT_WORLD,
+    render: bool = True,
     progress: bool = False,
 ) -> SyntheticWorld:
     """Generate a deterministic synthetic world (module docstring): scenes, images, captions, facts and splits.
@@ -177,7 +211,8 @@ def generate_world(
         seed: non-negative integer; equal arguments give byte-identical worlds.
         image_size: side of the square RGB images, >= 32; object sizes scale with it.
         captions_per_image: captions per scene, >= 1.
-        near_duplicate_rate: probability that a scene (after the first) is an earlier scene with one change.
+        near_duplicate_rate: probability that a scene (after the first) is an earlier scene with one change; default
+            the world's (things 0.05, like bursts of similar photographs; shapes 0.35).
         split_fractions: fractions of train / val / test scenes; every nonzero split gets at least one scene.
         split_counts: scenes of train / val / test instead of fractions (they sum to `num_scenes`), e.g. a test
             split of 1,000 images whatever the world's size; the same counts in the same world give the same
@@ -185,10 +220,17 @@ def generate_world(
         caption_style: "literal" (captions describe what is drawn, as COCO's) or "complementary" (captions name a
             story and materials that are not drawn and mention one object vaguely, as news captions:
             `kitm.data.synthetic.complementary`). The scenes, images and splits are the same for both.
+        world: "things" (everyday objects in settings: the default) or "shapes" (coloured shapes, the world of the
+            first claims studies; `kitm.data.synthetic.generators`).
+        render: False leaves every image black (the facts, captions and splits are the same): for a look at the
+            captions alone (`python -m kitm.data.world_stats`), ten times faster.
         progress: show a tqdm progress bar.
     """
-    _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate, caption_style)
+    _check_arguments(num_scenes, seed, image_size, captions_per_image, near_duplicate_rate, caption_style, world)
     num_scenes, image_size, captions_per_image = int(num_scenes), int(image_size), int(captions_per_image)
+    drawer = generator(world)
+    if near_duplicate_rate is None:
+        near_duplicate_rate = drawer.near_duplicate_rate
 
     # Independent streams: changing the caption templates, say, leaves the scenes and images unchanged.
     scene_rng, caption_rng, render_rng, split_rng = (
@@ -202,28 +244,9 @@ def generate_world(
     story_rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(5)[4]) if complementary else None
     topics = np.full(num_scenes, -1, dtype=np.int32) if complementary else None
 
-    images = np.empty((num_scenes, image_size, image_size, 3), dtype=np.uint8)
-    scene_facts = np.empty((num_scenes, MAX_OBJECTS, len(SCENE_FACT_FIELDS)), dtype=np.int32)
-    caption_facts = np.empty((num_scenes, captions_per_image, CAPTION_FACT_WIDTH), dtype=np.int32)
-    derived_from = np.full(num_scenes, -1, dtype=np.int32)
-    captions: list[list[str]] = []
-    scenes: list[list[SceneObject]] = []
-
-    indices = range(num_scenes)
-    if progress:
-        from kitm.progress import progress_bar as tqdm
-
-        indices = tqdm(indices, desc="synthetic world", unit="scene")
-    for n in indices:
-        objects, derived_from[n] = _draw_scene(scene_rng, scenes, near_duplicate_rate, image_size)
-        scenes.append(objects)
-        scene_facts[n] = scene_fact_rows(objects, image_size)
-        images[n] = render_scene(objects, image_size, render_rng)
-        texts, facts, topic = _captions(caption_rng, story_rng, objects, image_size, captions_per_image)
-        if complementary:
-            topics[n] = topic
-        captions.append(texts)
-        caption_facts[n] = facts
+    images, scene_facts, caption_facts, derived_from, captions = _draw_world(
+        drawer, world, (scene_rng, caption_rng, render_rng, story_rng), num_scenes, image_size, captions_per_image,
+        near_duplicate_rate, render, progress, topics)
 
     return SyntheticWorld(
         images=images,
@@ -235,4 +258,5 @@ def generate_world(
         derived_from=derived_from,
         caption_style=caption_style,
         topics=topics,
+        world=world,
     )
