@@ -42,6 +42,7 @@ __all__ = [
     "SAMPLINGS",
     "l2_distance",
     "pairwise_l2_distances",
+    "exact_pairwise_l2_distances",
     "AdaptiveMarginTerms",
     "adaptive_margin_triplet_terms",
     "adaptive_margin_triplet_loss",
@@ -135,12 +136,38 @@ def l2_distance(a, b, squared: bool = False):
     return squared_distance if squared else _safe_sqrt(squared_distance)
 
 
+# Elements of the [rows, Bb, D] differences `exact_pairwise_l2_distances` holds at once (64 MB in float32).
+_EXACT_CHUNK_ELEMENTS = 1 << 24
+
+
 def pairwise_l2_distances(a, b, squared: bool = False):
-    """`D[i, j] = |a_i - b_j|_2` (or its square), [Ba, Bb], via the Gram matrix (no [Ba, Bb, D] tensor)."""
+    """`D[i, j] = |a_i - b_j|_2` (or its square), [Ba, Bb], via the Gram matrix (no [Ba, Bb, D] tensor).
+
+    Fast, but `|a|^2 + |b|^2 - 2 a.b` cancels for near pairs: two equal float32 rows give a rounding residue
+    (about 1e-7, so a distance near 3e-4) instead of 0. Good for ranking negatives; the loss's own distances use
+    `exact_pairwise_l2_distances`."""
     a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
     squared_distance = ops.relu(ops.expand_dims(ops.sum(ops.square(a), axis=1), 1)
                                 + ops.expand_dims(ops.sum(ops.square(b), axis=1), 0)
                                 - 2.0 * cosine_similarity_matrix(a, b))
+    return squared_distance if squared else _safe_sqrt(squared_distance)
+
+
+def exact_pairwise_l2_distances(a, b, squared: bool = False):
+    """`D[i, j] = |a_i - b_j|_2` (or its square), [Ba, Bb], from the differences themselves: exact near 0 (equal
+    rows give exactly 0, with a zero gradient). Rows of `a` go in chunks so that the [rows, Bb, D] differences stay
+    under 2^24 elements; a batch whose size is unknown when traced goes in one chunk."""
+    a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
+    rows, columns, width = a.shape[0], b.shape[0], a.shape[-1]
+    chunk = rows
+    if rows is not None and columns is not None and width is not None:
+        chunk = max(1, _EXACT_CHUNK_ELEMENTS // max(columns * width, 1))
+    if rows is None or chunk >= rows:
+        parts = [a]
+    else:
+        parts = [a[start:start + chunk] for start in range(0, rows, chunk)]
+    squared_distance = ops.concatenate(
+        [ops.sum(ops.square(ops.expand_dims(part, 1) - ops.expand_dims(b, 0)), axis=-1) for part in parts], axis=0)
     return squared_distance if squared else _safe_sqrt(squared_distance)
 
 
@@ -220,7 +247,7 @@ def adaptive_margin_triplet_terms(image, text, negative_captions=None, negative_
     if (negative_captions is None) != (negative_images is None):
         raise ValueError("Give both negative_captions and negative_images, or neither (every negative).")
     if negative_captions is None:
-        distances = pairwise_l2_distances(image, text, squared)  # [p, q] = D(x_p, y_q)
+        distances = exact_pairwise_l2_distances(image, text, squared)  # [p, q] = D(x_p, y_q), exact near 0
         negative = negative_mask(distances, image_index)
         zeros = ops.zeros_like(distances)
         # Rows: image anchor p against captions q; columns: caption anchor q against images p.

@@ -4,6 +4,7 @@ here, beside the loss whose oracle they use."""
 
 import math
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,8 +13,10 @@ import tensorflow as tf
 import kitm  # noqa: F401
 import keras
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
+from kitm.losses import adaptive_margin
 from kitm.losses.adaptive_margin import (AdaptiveMarginTripletLoss, adaptive_margin_triplet_loss,
-                                         adaptive_margin_triplet_terms, pairwise_l2_distances)
+                                         adaptive_margin_triplet_terms, exact_pairwise_l2_distances,
+                                         pairwise_l2_distances)
 
 
 def unit(rng, b, d=5):
@@ -119,6 +122,27 @@ def test_pairwise_distances_and_squared_option():
     d2 = lambda u, v: np.sum((u - v) ** 2)  # noqa: E731
     expected = [max(d2(x[p], y[p]) - d2(x[p], y[(p + 1) % 4]) + 0.2, 0) for p in range(4)]
     np.testing.assert_allclose(terms.i2t.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_every_negative_path_is_exact_for_coincident_float32_embeddings():
+    """sampling="all" measures distances from the differences: equal float32 rows are exactly 0 apart, as on the
+    hardest and indexed paths (the Gram matrix leaves a rounding residue: 4.9e-4 and 6.9e-4 for two of these rows
+    on the project's machine), and chunked rows give the same values as one chunk."""
+    rng = np.random.default_rng(8)
+    x = (rng.normal(size=(8, 64)) * 3).astype(np.float32)  # not unit: the residue grows with the norms
+    y = x[[1, 0, 3, 2, 5, 4, 7, 6]]  # every caption equals another image's embedding
+    exact = np.asarray(exact_pairwise_l2_distances(x, y))
+    expected = np.linalg.norm(x[:, None, :].astype(np.float64) - y[None, :, :], axis=2)
+    assert (exact[expected == 0] == 0).all() and (expected == 0).sum() == 8
+    np.testing.assert_allclose(exact, expected, rtol=1e-6)
+    margin = 0.3
+    terms = adaptive_margin_triplet_terms(x, y, margin_x=margin, margin_y=margin)
+    positive = np.diag(expected)
+    i2t = np.maximum(positive[:, None] - expected + margin, 0)
+    np.fill_diagonal(i2t, 0)
+    np.testing.assert_allclose(np.asarray(terms.i2t), i2t.sum(axis=1), rtol=1e-6)
+    with mock.patch.object(adaptive_margin, "_EXACT_CHUNK_ELEMENTS", 3 * 8 * 64):  # three rows per chunk
+        np.testing.assert_array_equal(np.asarray(exact_pairwise_l2_distances(x, y)), exact)
 
 
 def test_loss_class_samples_hardest_and_easiest_by_distance():
