@@ -33,8 +33,7 @@ from kitm.relevance.rows import compute_image_neighbor_rows  # noqa: E402
 
 def pixels(scenes: int, image_size: int) -> None:
     from kitm.data import synthetic
-    from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
-    from kitm.relevance.truth import truth_relevance
+    from kitm.relevance.world_truth import world_relevance
     from kitm.data.schema import IMAGE_NEIGHBOR_CAPTION_IDS
 
     world = synthetic.generate_world(scenes, seed=0, image_size=image_size, progress=False)
@@ -50,9 +49,9 @@ def pixels(scenes: int, image_size: int) -> None:
     # Relevance of every training caption to a sample of training images (the whole matrix of a big world would
     # not fit in memory).
     sample = np.random.default_rng(0).choice(len(train), min(1000, len(train)), replace=False)
-    relevance = truth_relevance(world.scene_facts[train[sample]],
-                                world.caption_facts[train].reshape(-1, CAPTION_FACT_WIDTH),
-                                image_size=image_size)  # [sampled images, captions]
+    relevance = world_relevance(world.scene_facts[train[sample]],
+                                world.caption_facts[train].reshape(-1, world.caption_facts.shape[-1]),
+                                world=world.world, image_size=image_size)  # [sampled images, captions]
     found = np.stack(per_split["train"][IMAGE_NEIGHBOR_CAPTION_IDS])[sample]  # [S, 5 k] caption ids
     columns = np.searchsorted(ids["train"].reshape(-1), found)  # caption id -> its column (the ids are sorted)
     near = relevance[np.arange(len(sample))[:, None], columns].mean()

@@ -33,6 +33,7 @@ import sys
 from kitm.errors import KitmDataError, KitmError
 from kitm.files import no_room_error
 from kitm.relevance.image_features import BACKBONES, IMAGE_NEIGHBOR_SPACES
+from kitm.relevance.world_truth import DEFAULT_WORLD, WORLDS
 from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
@@ -117,9 +118,13 @@ def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
     synthetic.add_argument("--num_scenes", type=int, default=3000)
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--image_size", type=int, default=64)
+    synthetic.add_argument("--world", choices=WORLDS, default=DEFAULT_WORLD,
+                           help="things: everyday objects in settings with captions like people's (the default); "
+                                "shapes: the coloured shapes of kitm's first claims studies (to reproduce them)")
     synthetic.add_argument("--near_duplicate_rate", type=float, default=None,
-                           help="probability that a scene is an earlier one with one change (default 0.35): more "
-                                "near-duplicates, more captions that fit several images")
+                           help="probability that a scene is an earlier one with one change (default the world's: "
+                                "things 0.05, shapes 0.35): more near-duplicates, more captions that fit several "
+                                "images")
     synthetic.add_argument("--caption_style", choices=("literal", "complementary"), default="literal",
                            help="literal: captions describe what is drawn (COCO-like); complementary: captions name "
                                 "a story and materials that are not drawn and mention one object vaguely "
@@ -221,6 +226,7 @@ def run(args: argparse.Namespace):
                                 **({} if args.near_duplicate_rate is None
                                    else {"near_duplicate_rate": args.near_duplicate_rate}),
                                 **({} if args.caption_style == "literal" else {"caption_style": args.caption_style}),
+                                "world": args.world,
                                 **({} if args.image_features_run is None
                                    else {"image_features_run": os.path.abspath(args.image_features_run)})})
         features = None
@@ -233,7 +239,7 @@ def run(args: argparse.Namespace):
                 raise KitmDataError(f"--image_features_run={args.image_features_run}: {error}") from None
         return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,
                                split_counts=counts, near_duplicate_rate=args.near_duplicate_rate,
-                               caption_style=args.caption_style, image_features=features, **rows)
+                               caption_style=args.caption_style, world=args.world, image_features=features, **rows)
     if args.dataset == "karpathy":
         from kitm.data.karpathy import build_karpathy
 

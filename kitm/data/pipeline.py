@@ -45,7 +45,7 @@ from kitm.data.records import parse_record, read_records
 from kitm.errors import KitmDataError
 from kitm.ops.images import decode_pixels, eval_crops, eval_image, to_unit_float
 from kitm.relevance.batch import batch_cider, batch_sentence_relevance
-from kitm.relevance.truth import truth_relevance_tf
+from kitm.relevance.world_truth import world_relevance_tf
 
 # tf.data converts each map function, and all it calls, with autograph unless it is marked; kitm's hold no Python
 # control flow on tensors (their conditions are settings), and the conversions cost about 2 s of the 20 s of CPU of
@@ -203,9 +203,8 @@ def batch_relevance_matrix(batch: dict, source: str, info: schema.DatasetInfo, n
     """The batch's [B, B / R] relevance blocks from the features `relevance_features` put in each sample."""
     if source == "truth":
         # Relations are judged in the stored scene's pixel coordinates, so the world's own image size.
-        relevance_fn = functools.partial(truth_relevance_tf, image_size=info.image_size)
-        scene = tf.reshape(batch["scene_facts"], [tf.shape(batch["scene_facts"])[0], -1, 7])
-        return block_diagonal_relevance(relevance_fn, scene, batch["caption_facts"], num_replicas)
+        relevance_fn = functools.partial(world_relevance_tf, world=info.truth_world, image_size=info.image_size)
+        return block_diagonal_relevance(relevance_fn, batch["scene_facts"], batch["caption_facts"], num_replicas)
     if source == "cider":
         meta = info.relevance["cider"]
         references = {"keys": batch["cider_reference_keys"], "weights": batch["cider_reference_weights"],

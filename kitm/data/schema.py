@@ -69,6 +69,17 @@ class DatasetInfo:
     def num_images(self, split: str) -> int:
         return int(self.splits[split]["num_images"])
 
+    @property
+    def truth_world(self) -> str | None:
+        """The synthetic world whose truth facts the records carry ("things" or "shapes"), None without them. A
+        dataset built before the things world records no world: it is a shapes world."""
+        truth = self.relevance.get("truth")
+        if truth is None:
+            return None
+        from kitm.relevance.world_truth import LEGACY_WORLD
+
+        return str(truth.get("world", LEGACY_WORLD))
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 

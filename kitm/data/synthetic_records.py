@@ -15,7 +15,7 @@ from kitm.progress import progress_bar as tqdm
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards
 from kitm.relevance.image_features import ImageNeighborOptions, PixelArrays
-from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, MAX_OBJECTS, SCENE_FACT_FIELDS
+from kitm.relevance.world_truth import DEFAULT_WORLD, caption_fact_width, max_objects, scene_fact_width
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, compute_relevance_rows
 
 
@@ -28,14 +28,15 @@ def encode_png(image: np.ndarray) -> bytes:
 DEFAULT_SYNTHETIC_RELEVANCE = ("cider",)
 
 
-def _truth_meta(captions_per_image: int) -> dict:
-    """dataset.json's entry for the truth slot: the scene and caption facts every record carries."""
+def _truth_meta(captions_per_image: int, world: str) -> dict:
+    """dataset.json's entry for the truth slot: the world and the scene and caption facts every record carries."""
     return {"truth": {
         "features": {
-            schema.TRUTH_SCENE_FACTS: ["int64", MAX_OBJECTS * len(SCENE_FACT_FIELDS)],
-            schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * CAPTION_FACT_WIDTH],
+            schema.TRUTH_SCENE_FACTS: ["int64", max_objects(world) * scene_fact_width(world)],
+            schema.TRUTH_CAPTION_FACTS: ["int64", captions_per_image * caption_fact_width(world)],
         },
-        "definition": "kitm.relevance.truth.truth_relevance (exact relevance of a caption to an image)",
+        "world": world,
+        "definition": "kitm.relevance.world_truth.world_relevance (exact relevance of a caption to an image)",
     }}
 
 
@@ -80,7 +81,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
                     neighbors_k: int = DEFAULT_NEIGHBORS_K,
                     image_neighbors: ImageNeighborOptions | None = None,
                     split_counts: Sequence[int] | None = None, near_duplicate_rate: float | None = None,
-                    caption_style: str = "literal",
+                    caption_style: str = "literal", world: str = DEFAULT_WORLD,
                     image_features: tuple[Callable[[np.ndarray], np.ndarray], dict] | None = None
                     ) -> schema.DatasetInfo:
     """Generate the synthetic world and write it under `out` with `dataset.json` (written last).
@@ -94,7 +95,8 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
 
     `split_counts` (train, val, test scenes) replaces the default 80/10/10 split; `near_duplicate_rate` (default the
     generator's) sets how often a scene is an earlier one with one change, the knob of how many captions fit more
-    than one image; `caption_style` "complementary" writes the non-literal world (`kitm.data.synthetic.complementary`).
+    than one image; `caption_style` "complementary" writes the non-literal world (`kitm.data.synthetic.complementary`);
+    `world` "things" (everyday objects, the default) or "shapes" (the first claims studies' world).
     `image_features` = (encode, provenance), e.g. ``kitm.serving.image_features.
     saved_model_image_features(run)``: the records then hold ``encode(images)`` (image mode "feature", a frozen
     tower's features as VSE++'s precomputed ones) instead of PNG pixels; the pixel-space neighbour rows still come
@@ -106,9 +108,10 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
     world_options = {} if near_duplicate_rate is None else {"near_duplicate_rate": float(near_duplicate_rate)}
     if caption_style != "literal":  # a literal world's dataset.json stays as before
         world_options["caption_style"] = caption_style
+    world_name = world
     world = synthetic.generate_world(num_scenes, seed=seed, image_size=image_size,
                                      captions_per_image=captions_per_image, split_counts=split_counts,
-                                     progress=progress, **world_options)
+                                     progress=progress, world=world_name, **world_options)
     features = None if image_features is None else _frozen_features(world, *image_features)
     members_of = {split: np.flatnonzero(world.splits == split) for split in schema.SPLITS}
     members_of = {split: members for split, members in members_of.items() if members.size}
@@ -125,8 +128,9 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
         name="synthetic", captions_per_image=captions_per_image,
         image_mode="encoded" if features is None else "feature",
         feature_dim=None if features is None else int(features.shape[1]), splits=splits,
-        image_size=image_size, relevance={**_truth_meta(captions_per_image), **rows.meta},
-        source={"generator": "kitm.data.synthetic.generate_world", "num_scenes": num_scenes, "seed": seed,
+        image_size=image_size, relevance={**_truth_meta(captions_per_image, world_name), **rows.meta},
+        source={"generator": "kitm.data.synthetic.generate_world", "world": world_name, "num_scenes": num_scenes,
+                "seed": seed,
                 "image_size": image_size, "relevance_rows": list(relevance),
                 **({} if split_counts is None else {"split_counts": [int(c) for c in split_counts]}),
                 **world_options,

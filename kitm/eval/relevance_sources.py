@@ -116,26 +116,23 @@ def spice_relevance(captions: Sequence[str], captions_per_image: int) -> np.ndar
         raise RelevanceUnavailable(f"SPICE is unavailable: {error}") from error
 
 
-def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *, image_size: int) -> np.ndarray:
+def truth_relevance_matrix(scene_facts: np.ndarray, caption_facts: np.ndarray, *, image_size: int,
+                           world: str) -> np.ndarray:
     """The synthetic world's exact relevance, float64 [captions, images].
 
     Args:
       scene_facts: int [images, objects, 7] (or [images, objects * 7]).
-      caption_facts: int [captions, 11].
-      image_size: the stored world's image side (``DatasetInfo.image_size``), which sets the
-        relation gap.
+      caption_facts: int [captions, the world's caption fact width].
+      image_size: the stored world's image side (``DatasetInfo.image_size``), which sets the relation distances.
+      world: "things" or "shapes" (``DatasetInfo.truth_world``): whose facts and truth these are.
     """
-    from kitm.relevance.scene_facts import SCENE_FACT_FIELDS
-    from kitm.relevance.truth import truth_relevance
+    from kitm.relevance.world_truth import world_relevance
 
-    scene_facts = np.asarray(scene_facts)
-    if scene_facts.ndim == 2:
-        scene_facts = scene_facts.reshape(scene_facts.shape[0], -1, len(SCENE_FACT_FIELDS))
     caption_facts = np.asarray(caption_facts)
-    out = np.empty((caption_facts.shape[0], scene_facts.shape[0]), dtype=np.float64)
+    out = np.empty((caption_facts.shape[0], np.shape(scene_facts)[0]), dtype=np.float64)
     for start in range(0, caption_facts.shape[0], _TRUTH_CHUNK):
         block = caption_facts[start:start + _TRUTH_CHUNK]
-        out[start:start + len(block)] = truth_relevance(scene_facts, block, image_size=image_size).T
+        out[start:start + len(block)] = world_relevance(scene_facts, block, world=world, image_size=image_size).T
     return out
 
 

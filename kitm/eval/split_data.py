@@ -137,6 +137,7 @@ def split_relevance(data: SplitData, source: str, *, sbert_model: object = None,
         if data.scene_facts is None:
             raise ValueError(f"relevance 'truth' needs the synthetic world's facts; dataset "
                              f"'{data.info.name}' has relevance slots {sorted(data.info.relevance) or 'none'}.")
-        return truth_relevance_matrix(data.scene_facts, data.caption_facts, image_size=data.info.image_size)
+        return truth_relevance_matrix(data.scene_facts, data.caption_facts, image_size=data.info.image_size,
+                                      world=data.info.truth_world)
     return caption_relevance(source, data.captions, data.captions_per_image, sbert_model=sbert_model,
                              progress=progress, cider_normalization=cider_normalization, cache_dir=cache_dir)

@@ -62,13 +62,15 @@ def synthetic_image_neighbors(config: ExperimentConfig) -> str:
 
 def default_data_dir(config: ExperimentConfig) -> str:
     """tfrecords/<dataset>; a synthetic world with sentence-embedding or image-neighbour rows gets its own folder,
-    so the quick default world (CIDEr-D rows only) is never rebuilt in place."""
+    so the quick default world (CIDEr-D rows only) is never rebuilt in place, and so does the shapes world."""
+    if config.data.dataset != "synthetic":
+        return f"tfrecords/{config.data.dataset}"
     parts = [row for row in synthetic_relevance_rows(config) if row != "cider"]
     if synthetic_image_neighbors(config) != "none":
         parts.append("image_neighbors")
-    if config.data.dataset == "synthetic" and parts:
-        return "tfrecords/synthetic_" + "_".join(parts)
-    return f"tfrecords/{config.data.dataset}"
+    if config.data.synthetic_world != "things":
+        parts.insert(0, config.data.synthetic_world)
+    return "_".join(["tfrecords/synthetic", *parts])
 
 
 def data_dir(config: ExperimentConfig) -> pathlib.Path:
@@ -82,7 +84,8 @@ def build_command(config: ExperimentConfig, directory, image_mode: str | None = 
     data = config.data
     if data.dataset == "synthetic":
         command = (f"python -m kitm.data.build --dataset=synthetic --out={{data_dir}} "
-                   f"--num_scenes={data.synthetic_num_scenes} --seed={config.training.seed} "
+                   f"--world={data.synthetic_world} --num_scenes={data.synthetic_num_scenes} "
+                   f"--seed={config.training.seed} "
                    f"--image_size={data.image_size} --relevance={','.join(synthetic_relevance_rows(config))}")
     else:
         command = BUILD_COMMANDS.get(data.dataset, OWN_DATA_BUILD_COMMAND)
@@ -119,12 +122,28 @@ def ensure_dataset(config: ExperimentConfig):
         from kitm.data.synthetic_records import build_synthetic
         from kitm.relevance.image_features import ImageNeighborOptions
 
-        print(f"Building the synthetic world into {directory} ({data.synthetic_num_scenes} scenes).")
+        print(f"Building the synthetic world ({data.synthetic_world}) into {directory} "
+              f"({data.synthetic_num_scenes} scenes).")
         build_synthetic(directory, num_scenes=data.synthetic_num_scenes, seed=config.training.seed,
                         image_size=data.image_size, progress=config.training.progress,
-                        relevance=synthetic_relevance_rows(config),
+                        relevance=synthetic_relevance_rows(config), world=data.synthetic_world,
                         image_neighbors=ImageNeighborOptions(synthetic_image_neighbors(config)))
-    return schema.load_info(directory)
+    info = schema.load_info(directory)
+    _check_world(config, directory, info)
+    return info
+
+
+def _check_world(config: ExperimentConfig, directory, info) -> None:
+    """A synthetic world built on demand earlier, at the default folder, must be the world asked for: a shapes world
+    left in tfrecords/synthetic by a kitm of before 2026-11-28 would otherwise be trained on in silence."""
+    if config.data.dataset != "synthetic" or config.data.data_dir is not None or info.truth_world is None:
+        return
+    if info.truth_world != config.data.synthetic_world:
+        raise KitmConfigError(
+            f"{directory} holds the {info.truth_world} world, built by an earlier run, but "
+            f"{option('synthetic_world')}={config.data.synthetic_world}: delete {directory} to build the "
+            f"{config.data.synthetic_world} world there, or pass {option('synthetic_world')}={info.truth_world} "
+            f"(or {option('data_dir')}={directory}) to train on what is there.")
 
 
 def training_subset(config: ExperimentConfig, info) -> tuple[int, ...] | None:

@@ -41,6 +41,7 @@ from kitm.progress import progress_bar
 from kitm.index.sources import (THUMBNAIL_SIDE, IndexSource, PreparedImage, prepare_image, source_manifest,
                                 unreadable)
 from kitm.index.vectors import DEFAULT_EXACT_THRESHOLD, DEFAULT_TARGET_RECALL, build_vector_index, write_index
+from kitm.relevance.world_truth import DEFAULT_WORLD
 
 FORMAT = "kitm.index"
 FORMAT_VERSION = 1
@@ -362,4 +363,5 @@ def _write_files(tmp: pathlib.Path, source: IndexSource, parts: list, kept: np.n
         caption_rows = (kept[:, None] * cpi + np.arange(cpi)).reshape(-1)
         with _room(tmp / "truth.npz"):
             np.savez(tmp / "truth.npz", scene_facts=source.scene_facts[kept],
-                     caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64))
+                     caption_facts=source.caption_facts[caption_rows], image_size=np.int64(source.image_size or 64),
+                     world=np.array(source.world or DEFAULT_WORLD))

@@ -63,8 +63,9 @@ class IndexSource:
       read: read(positions) -> the raw bytes of those images.
       captions: per image, its captions (None: the data has none).
       scene_facts: int64 [images, objects * 7] of the synthetic world, or None.
-      caption_facts: int64 [images * cpi, 11] of the synthetic world, or None (captions image-major).
+      caption_facts: int64 [images * cpi, the world's width] of the synthetic world, or None (captions image-major).
       image_size: the synthetic world's image side (sets its relation gap), or None.
+      world: the synthetic world whose facts these are ("things" or "shapes"), or None.
       signature: a digest of the inputs: a resumed build continues only when it is unchanged.
     """
 
@@ -76,6 +77,7 @@ class IndexSource:
     scene_facts: np.ndarray | None = None
     caption_facts: np.ndarray | None = None
     image_size: int | None = None
+    world: str | None = None
     signature: str = ""
 
     @property
@@ -174,7 +176,7 @@ def dataset_source(data_dir: str | os.PathLike, split: str = "test") -> IndexSou
         paths=paths, read=lambda positions: [images[i] for i in positions], captions=captions,
         scene_facts=np.concatenate([part.scene_facts for part in parts]) if truth else None,
         caption_facts=np.concatenate([part.caption_facts for part in parts]) if truth else None,
-        image_size=info.image_size, signature=digest.hexdigest())
+        image_size=info.image_size, world=info.truth_world if truth else None, signature=digest.hexdigest())
 
 
 def open_source(images: str | os.PathLike, split: str = "test") -> IndexSource:

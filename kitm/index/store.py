@@ -13,6 +13,7 @@ import numpy as np
 from kitm.errors import KitmDataError
 from kitm.index.build import FORMAT, FORMAT_VERSION, MANIFEST
 from kitm.index.vectors import read_index
+from kitm.relevance.world_truth import LEGACY_WORLD
 
 
 @dataclasses.dataclass
@@ -26,7 +27,7 @@ class Index:
       image_index: faiss index over the images.
       captions: [{"text", "image"}] or None.
       caption_index: faiss index over the captions, or None.
-      scene_facts, caption_facts, image_size: the synthetic world's truth facts, or None.
+      scene_facts, caption_facts, image_size, world: the synthetic world's truth facts, or None.
       document_frequency: CIDEr-D's document frequencies over the captions, or None.
     """
 
@@ -39,6 +40,7 @@ class Index:
     scene_facts: np.ndarray | None = None
     caption_facts: np.ndarray | None = None
     image_size: int | None = None
+    world: str | None = None
     document_frequency: object = None
     thumbnail_offsets: np.ndarray | None = None
 
@@ -162,6 +164,8 @@ def load_index(root: str | os.PathLike) -> Index:
                 index.scene_facts = truth["scene_facts"]
                 index.caption_facts = truth["caption_facts"]
                 index.image_size = int(truth["image_size"])
+                # an index written before the things world records no world: a shapes world's facts
+                index.world = str(truth["world"]) if "world" in truth.files else LEGACY_WORLD
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise _damaged(root / "truth.npz", f"unreadable: {error}", root, manifest) from None
     return index

@@ -39,10 +39,10 @@ class Graded:
     note: str
 
 
-def _truth(scene_facts, caption_facts, image_size) -> np.ndarray:
+def _truth(index, scene_facts, caption_facts) -> np.ndarray:
     from kitm.eval.relevance_sources import truth_relevance_matrix
 
-    return truth_relevance_matrix(scene_facts, caption_facts, image_size=image_size)
+    return truth_relevance_matrix(scene_facts, caption_facts, image_size=index.image_size, world=index.world)
 
 
 def _cider(hypotheses: list[str], groups: list[list[str]], document_frequency) -> np.ndarray:
@@ -64,7 +64,7 @@ def text_query_relevance(index, query: str, matched_row: int | None, positions: 
     annotated = ([bool(index.captions[matched_row]["image"] == p) for p in positions] if matched_row is not None
                  else [None] * n)
     if index.scene_facts is not None and matched_row is not None:
-        values = _truth(index.scene_facts[positions], index.caption_facts[[matched_row]], index.image_size)[0]
+        values = _truth(index, index.scene_facts[positions], index.caption_facts[[matched_row]])[0]
         return Graded([float(v) for v in values], "truth", annotated,
                       "Relevance: the synthetic world's exact relevance of the caption to each image (1: the image "
                       "shows everything the caption states).")
@@ -84,7 +84,7 @@ def image_query_relevance(index, position: int | None, rows: np.ndarray) -> Grad
                       "This image is not in the index: its relevance to the captions is unknown.")
     annotated = [bool(index.captions[int(row)]["image"] == position) for row in rows]
     if index.scene_facts is not None:
-        values = _truth(index.scene_facts[[position]], index.caption_facts[rows], index.image_size)[:, 0]
+        values = _truth(index, index.scene_facts[[position]], index.caption_facts[rows])[:, 0]
         return Graded([float(v) for v in values], "truth", annotated,
                       "Relevance: the synthetic world's exact relevance of each caption to the image.")
     values = _cider([index.captions[int(row)]["text"] for row in rows], caption_groups(index, [position]),

@@ -10,8 +10,7 @@ from kitm.errors import KitmDataError
 from kitm.data.pipeline import (PipelineConfig, block_diagonal_relevance, evaluation_dataset, training_captions,
                                 training_dataset)
 from kitm.layers import CaptionTokenizer, build_vocabulary
-from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
-from kitm.relevance.truth import truth_relevance
+from kitm.relevance.world_truth import world_relevance
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +47,8 @@ def test_relevance_matches_truth_of_the_sampled_captions(tiny_synthetic, tokeniz
     _, y = next(iter(training_dataset(tiny_synthetic, "train", tokenizer, _config(captions="all"))))
     image_index = y["image_index"].numpy()
     caption_index = y["caption_index"].numpy()
-    facts = world.caption_facts.reshape(-1, CAPTION_FACT_WIDTH)[caption_index]
-    expected = truth_relevance(world.scene_facts[image_index], facts, image_size=32)
+    facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[caption_index]
+    expected = world_relevance(world.scene_facts[image_index], facts, world="things", image_size=32)
     np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
 
 

@@ -154,8 +154,7 @@ def run_report(run):
 
 def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, run_report, tiny_synthetic):
     from kitm.data import synthetic
-    from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
-    from kitm.relevance.truth import truth_relevance
+    from kitm.relevance.world_truth import world_relevance
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset
     from kitm.models.inference import embed_dataset
 
@@ -168,8 +167,8 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     np.testing.assert_allclose(sims, images @ texts.T, atol=2e-5)
     # Truth relevance from the generator itself, for the images in evaluation order, [captions, images].
     world = synthetic.generate_world(120, seed=7, image_size=32)
-    caption_facts = world.caption_facts[image_index].reshape(-1, CAPTION_FACT_WIDTH)
-    truth = truth_relevance(world.scene_facts[image_index], caption_facts, image_size=32).T
+    caption_facts = world.caption_facts[image_index].reshape(-1, world.caption_facts.shape[-1])
+    truth = world_relevance(world.scene_facts[image_index], caption_facts, world="things", image_size=32).T
     # mAP@R and R-Precision count the captions fully true of an image as its positives (truth relevance 1.0).
     _assert_same_figures(report["all"], evaluate(sims, relevance=truth, positive_threshold=1.0))
     assert report["positive_threshold"] == report["settings"]["positive_threshold"] == 1.0

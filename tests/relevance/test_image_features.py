@@ -146,7 +146,7 @@ def test_synthetic_scenes_near_in_pixel_space_have_relevant_captions():
     from kitm.relevance.truth import truth_relevance
     from kitm.relevance.neighbors import nearest_neighbors
 
-    world = synthetic.generate_world(300, seed=2, image_size=32, progress=False)
+    world = synthetic.generate_world(300, seed=2, image_size=32, progress=False, world="shapes")
     train = np.flatnonzero(world.splits == "train")
     relevance = truth_relevance(world.scene_facts[train],
                                 world.caption_facts[train].reshape(-1, CAPTION_FACT_WIDTH),

@@ -9,8 +9,7 @@ import tensorflow as tf
 
 import kitm  # noqa: F401
 from kitm.data import synthetic
-from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH
-from kitm.relevance.truth import truth_relevance
+from kitm.relevance.world_truth import world_relevance
 from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
 from kitm.layers import CaptionTokenizer, build_vocabulary
 from kitm.training import distribution
@@ -34,8 +33,8 @@ def _build(root, tokenizer):
 
 
 def _truth(world, y):
-    facts = world.caption_facts.reshape(-1, CAPTION_FACT_WIDTH)[y["caption_index"].numpy()]
-    return truth_relevance(world.scene_facts[y["image_index"].numpy()], facts, image_size=32)
+    facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[y["caption_index"].numpy()]
+    return world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="things", image_size=32)
 
 
 def test_two_worker_pipelines_split_the_records_and_each_replica_gets_its_own_relevance(tiny_synthetic, tokenizer):
@@ -117,10 +116,10 @@ def test_replica_rows_give_each_replica_its_rows_of_the_global_batchs_relevance(
     world = synthetic.generate_world(120, seed=7, image_size=32)
     pieces = list(replica_rows(_build(tiny_synthetic, tokenizer)(16, None, 0), 2).take(2))
     captions = np.concatenate([y["caption_index"].numpy() for _, y in pieces])
-    facts = world.caption_facts.reshape(-1, CAPTION_FACT_WIDTH)[captions]
+    facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[captions]
     for x, y in pieces:
         assert x["image"].shape == (8, 32, 32, 3) and y["relevance"].shape == (8, 16)
-        expected = truth_relevance(world.scene_facts[y["image_index"].numpy()], facts, image_size=32)
+        expected = world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="things", image_size=32)
         np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
     with pytest.raises(ValueError, match="replicas 2..2 are not among 0..1"):
         replica_rows(tf.data.Dataset.range(4), 2, first=2, count=1)
