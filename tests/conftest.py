@@ -275,11 +275,23 @@ def quantizer_centers():
 @pytest.fixture(scope="session")
 def tiny_synthetic(tmp_path_factory) -> pathlib.Path:
     """A 120-scene synthetic dataset (96 train / 12 val / 12 test), built once per test session (under xdist once
-    per worker: it takes well under a second)."""
+    per worker: it takes well under a second). The shapes world: the machinery's tests (pipelines, losses through
+    the launcher, resuming, serving) learn its few shapes in a few steps; the things world's own tests use
+    `tiny_things`."""
     from kitm.data.synthetic_records import build_synthetic
 
     root = tmp_path_factory.mktemp("data") / "synthetic"
-    build_synthetic(root, num_scenes=120, seed=7, image_size=32, num_shards=2, progress=False)
+    build_synthetic(root, num_scenes=120, seed=7, image_size=32, num_shards=2, progress=False, world="shapes")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_things(tmp_path_factory) -> pathlib.Path:
+    """A 120-scene things world at 48 px (the shipped tower's side), with CIDEr-D rows, built once per session."""
+    from kitm.data.synthetic_records import build_synthetic
+
+    root = tmp_path_factory.mktemp("data") / "things"
+    build_synthetic(root, num_scenes=120, seed=7, image_size=48, num_shards=2, progress=False)
     return root
 
 

@@ -39,6 +39,13 @@ from kitm.tensorflow_logs import quiet_tensorflow_logs
 DATASETS = ("synthetic", "karpathy", "flickr8k", "coco_captions", "precomputed", "captions_table")
 
 
+def _tower_source(source: str) -> str:
+    """--image_features_run as the build records it: a shipped tower's name as it is, a path made absolute."""
+    from kitm.layers.image_encoders import SHIPPED_TOWERS
+
+    return source if source in SHIPPED_TOWERS else os.path.abspath(source)
+
+
 def _relevance(text: str) -> tuple[str, ...]:
     from kitm.data.converter_common import relevance_sources
 
@@ -130,9 +137,11 @@ def _add_converter_arguments(parser: argparse.ArgumentParser) -> None:
                                 "a story and materials that are not drawn and mention one object vaguely "
                                 "(news-like, the non-literal world)")
     synthetic.add_argument("--image_features_run", default=None,
-                           help="store a trained run's image embeddings (its exported SavedModel, e.g. trained on "
-                                "a world of another --seed) instead of pixels: image mode 'feature', for "
-                                "--image_encoder=features_mlp (the papers' frozen precomputed features)")
+                           help="store a frozen image tower's features instead of pixels: image mode 'feature', for "
+                                "--image_encoder=features_mlp (the papers' frozen precomputed features). A trained "
+                                "run (its exported SavedModel's image embeddings, e.g. trained on a world of another "
+                                "--seed), or a small_cnn tower file (.npz) or shipped name (things: the things "
+                                "world's tower, features before any projection)")
 
 
 def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -228,13 +237,13 @@ def run(args: argparse.Namespace):
                                 **({} if args.caption_style == "literal" else {"caption_style": args.caption_style}),
                                 "world": args.world,
                                 **({} if args.image_features_run is None
-                                   else {"image_features_run": os.path.abspath(args.image_features_run)})})
+                                   else {"image_features_run": _tower_source(args.image_features_run)})})
         features = None
         if args.image_features_run is not None:
-            from kitm.serving.image_features import saved_model_image_features
+            from kitm.serving.image_features import frozen_image_features
 
             try:
-                features = saved_model_image_features(args.image_features_run)
+                features = frozen_image_features(args.image_features_run)
             except (FileNotFoundError, ValueError) as error:
                 raise KitmDataError(f"--image_features_run={args.image_features_run}: {error}") from None
         return build_synthetic(args.out, num_scenes=args.num_scenes, seed=args.seed, image_size=args.image_size,

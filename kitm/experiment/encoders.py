@@ -21,7 +21,7 @@ def _papers_image_encoder(name: str):
         model = config.model
         weights = None if model.weights.lower() == "none" else model.weights
         return build_image_encoder(name, image_size=config.data.image_size, weights=weights,
-                                   trainable_backbone=model.finetune_backbone)
+                                   trainable_backbone=model.finetune_backbone, pooled=model.small_cnn_pooled)
 
     return build
 

@@ -22,13 +22,16 @@ class SmallConvEncoder(keras.layers.Layer):
     """Four conv blocks (conv-BN-ReLU twice, the second with stride 2), then a dense layer over the grid.
 
     Sized for the 64x64 synthetic scenes, which leave a 4x4 grid of 64 channels. Captions state positions
-    ("top left", "left of"), so the grid is flattened and read by a dense layer rather than averaged away.
+    ("top left", "left of"), so the grid is flattened and read by a dense layer rather than averaged away. With
+    ``pooled`` the dense layer also reads each channel's maximum over the grid: what is in the picture wherever it
+    is, which a flattened grid must learn once per cell (the things world's dozens of categories, anywhere).
     """
 
-    def __init__(self, filters=(16, 32, 64, 64), width: int = 256, **kwargs):
+    def __init__(self, filters=(16, 32, 64, 64), width: int = 256, pooled: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.filters = tuple(int(f) for f in filters)
         self.width = int(width)
+        self.pooled = bool(pooled)
         self.blocks = []
         for index, count in enumerate(self.filters):
             self.blocks += [
@@ -44,20 +47,25 @@ class SmallConvEncoder(keras.layers.Layer):
 
     def build(self, input_shape):
         shape = tuple(input_shape)
-        for layer in self.blocks + [self.flatten, self.head]:
+        for layer in self.blocks:
             layer.build(shape)
             shape = layer.compute_output_shape(shape)
+        flat = self.flatten.compute_output_shape(shape)[-1] + (shape[-1] if self.pooled else 0)
+        self.head.build((shape[0], flat))
         self.built = True
 
     def call(self, images, training=False):
         x = images
         for layer in self.blocks:
             x = layer(x, training=training) if isinstance(layer, layers.BatchNormalization) else layer(x)
-        return self.head(self.flatten(x))
+        grid = self.flatten(x)
+        if self.pooled:
+            grid = keras.ops.concatenate([grid, keras.ops.max(x, axis=(1, 2))], axis=-1)
+        return self.head(grid)
 
     def get_config(self):
         config = super().get_config()
-        config.update(filters=self.filters, width=self.width)
+        config.update(filters=self.filters, width=self.width, pooled=self.pooled)
         return config
 
 
@@ -157,13 +165,78 @@ class FeatureMLP(keras.layers.Layer):
 
 
 def build_image_encoder(name: str, *, image_size: int = 64, weights: str | None = None,
-                        trainable_backbone: bool = False) -> keras.layers.Layer:
-    """Encoder by name: one of IMAGE_ENCODERS."""
+                        trainable_backbone: bool = False, pooled: bool = False) -> keras.layers.Layer:
+    """Encoder by name: one of IMAGE_ENCODERS. small_cnn takes ``pooled`` and, as ``weights``, a weights file of a
+    trained small_cnn tower (`save_image_backbone`), loaded here."""
     if name == "small_cnn":
-        return SmallConvEncoder(name="image_backbone")
+        encoder = SmallConvEncoder(pooled=pooled, name="image_backbone")
+        path = small_cnn_weights_path(weights)
+        if path is not None:
+            load_image_backbone(encoder, path, image_size)
+        return encoder
     if name in ("resnet50", "resnet152"):
         return ResNetEncoder(depth=int(name[6:]), image_size=image_size, weights=weights,
                              trainable_backbone=trainable_backbone, name="image_backbone")
     if name == "features_mlp":
         return FeatureMLP(name="image_backbone")
     raise ValueError(f"Unknown image encoder {name!r}; choose one of {IMAGE_ENCODERS}.")
+
+
+
+# The small_cnn towers kitm ships, by name (`--weights=<name>`): pretrained on a world of the same generator with
+# another seed, as ImageNet weights are pretrained on another data set (docs/demo.md, "The image tower").
+SHIPPED_TOWERS = {"things": "things_small_cnn_48.npz"}
+
+
+def small_cnn_weights_path(weights: str | None) -> str | None:
+    """The file `--weights` names for small_cnn: None for none (and for imagenet, which small_cnn has no weights of:
+    the launcher's default for other towers), a shipped tower's file by its name, else the path given."""
+    if weights is None or weights.lower() in ("none", "imagenet"):
+        return None
+    if weights in SHIPPED_TOWERS:
+        return os.path.join(os.path.dirname(__file__), "pretrained", SHIPPED_TOWERS[weights])
+    return weights
+
+
+def save_image_backbone(encoder: SmallConvEncoder, path: str | os.PathLike, image_size: int) -> None:
+    """Write a trained small_cnn tower for `--weights`: an ``.npz`` of its weights in layer order and its
+    architecture (filters, width, pooled, image size), written under a temporary name, then renamed."""
+    import json
+
+    import numpy as np
+
+    from kitm.files import atomic_path
+
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"A small_cnn tower file ends in .npz; got {path}.")
+    architecture = {"filters": list(encoder.filters), "width": encoder.width, "pooled": encoder.pooled,
+                    "image_size": int(image_size)}
+    arrays = {f"weight_{i:03d}": np.asarray(w) for i, w in enumerate(encoder.get_weights())}
+    with atomic_path(path, keep_suffix=".npz") as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, architecture=np.array(json.dumps(architecture)), **arrays)
+
+
+def load_image_backbone(encoder: SmallConvEncoder, path: str | os.PathLike, image_size: int) -> None:
+    """Load a small_cnn tower file (`save_image_backbone`) into `encoder`, built for `image_size` pixels; a file of
+    another architecture or image size is refused, naming both."""
+    import json
+
+    import numpy as np
+
+    if not os.path.isfile(path):
+        raise KitmConfigError(f"{option('weights')}={path}: no such file (small_cnn takes none or the .npz file of a "
+                              "trained small_cnn tower).")
+    try:
+        with np.load(path) as stored:
+            architecture = json.loads(str(stored["architecture"]))
+            weights = [stored[key] for key in sorted(k for k in stored.files if k.startswith("weight_"))]
+    except (OSError, ValueError, KeyError) as error:
+        raise KitmConfigError(f"{option('weights')}={path} is not a small_cnn tower file: {error}") from None
+    wanted = {"filters": list(encoder.filters), "width": encoder.width, "pooled": encoder.pooled,
+              "image_size": int(image_size)}
+    if architecture != wanted:
+        raise KitmConfigError(f"{option('weights')}={path} holds a small_cnn tower of {architecture}, but this run "
+                              f"builds {wanted} (--image_size, --small_cnn_pooled).")
+    encoder.build((None, image_size, image_size, 3))
+    encoder.set_weights(weights)

@@ -21,7 +21,7 @@ import numpy as np
 
 from kitm.serving.versions import latest_version_dir
 
-__all__ = ["saved_model_image_features"]
+__all__ = ["saved_model_image_features", "small_cnn_image_features", "frozen_image_features"]
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -73,3 +73,43 @@ def saved_model_image_features(run_or_export: str | os.PathLike, *, batch_size: 
         return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros((0, 0), np.float32)
 
     return encode, {"saved_model": str(export_dir.resolve())}
+
+
+def small_cnn_image_features(path: str | os.PathLike, *, batch_size: int = 256
+                             ) -> tuple[Callable[[np.ndarray], np.ndarray], dict]:
+    """(encode, description) through a small_cnn tower file (`kitm.layers.save_image_backbone`, such as the things
+    world's shipped tower): ``encode(images uint8 [N, H, W, 3]) -> float32 [N, width]``, the tower's output (the
+    features before any projection, as VSE++'s precomputed ResNet features), pixels scaled to [0, 1] as the input
+    pipeline scales them. The images must have the side the tower was trained at."""
+    import json
+
+    from kitm.layers.image_encoders import SmallConvEncoder, load_image_backbone, small_cnn_weights_path
+
+    resolved = small_cnn_weights_path(str(path))
+    with np.load(resolved) as stored:
+        architecture = json.loads(str(stored["architecture"]))
+    encoder = SmallConvEncoder(filters=architecture["filters"], width=architecture["width"],
+                               pooled=architecture["pooled"], name="image_backbone")
+    side = int(architecture["image_size"])
+    load_image_backbone(encoder, resolved, side)
+
+    def encode(images: np.ndarray) -> np.ndarray:
+        images = np.asarray(images)
+        if images.ndim != 4 or images.shape[1:] != (side, side, 3) or images.dtype != np.uint8:
+            raise ValueError(f"images must be uint8 [N, {side}, {side}, 3] (the tower's side); got {images.dtype} "
+                             f"{images.shape}.")
+        chunks = [np.asarray(encoder(images[start:start + batch_size].astype(np.float32) / 255.0, training=False))
+                  for start in range(0, len(images), batch_size)]
+        return np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros((0, 0), np.float32)
+
+    return encode, {"small_cnn_tower": str(pathlib.Path(resolved).resolve()), "architecture": architecture}
+
+
+def frozen_image_features(source: str | os.PathLike) -> tuple[Callable[[np.ndarray], np.ndarray], dict]:
+    """A frozen image tower by what `source` is: a small_cnn tower file (.npz) or shipped tower name, else a run
+    directory or SavedModel folder."""
+    from kitm.layers.image_encoders import SHIPPED_TOWERS
+
+    if str(source).endswith(".npz") or str(source) in SHIPPED_TOWERS:
+        return small_cnn_image_features(source)
+    return saved_model_image_features(source)

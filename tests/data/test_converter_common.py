@@ -53,7 +53,7 @@ def test_building_into_the_world_the_launcher_built_says_which_tool_built_it(tmp
     from kitm.data.synthetic_records import build_synthetic
 
     world = tmp_path / "tfrecords" / "synthetic"
-    build_synthetic(world, num_scenes=12, seed=3, image_size=32, relevance=(), progress=False)  # as the launcher
+    build_synthetic(world, num_scenes=12, seed=3, image_size=32, relevance=(), progress=False, world="shapes")  # as the launcher
     before = {path.name: path.read_bytes() for path in world.iterdir() if path.is_file()}
     assert main(["--dataset=synthetic", f"--out={world}", "--num_scenes=20", "--relevance=none", "--quiet"]) == 2
     assert capsys.readouterr().err == (

@@ -45,7 +45,7 @@ def neighbor_world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("neighbors") / "synthetic"
     build_synthetic(root, num_scenes=80, seed=5, image_size=32, num_shards=2, progress=False,
-                    relevance=("cider", "neighbors"), neighbors_k=10)
+                    relevance=("cider", "neighbors"), neighbors_k=10, world="shapes")
     return root
 
 

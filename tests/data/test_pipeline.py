@@ -43,13 +43,27 @@ def test_training_batches_shapes_dtypes_and_counts(tiny_synthetic, tokenizer, ca
 
 
 def test_relevance_matches_truth_of_the_sampled_captions(tiny_synthetic, tokenizer):
-    world = synthetic.generate_world(120, seed=7, image_size=32)
+    world = synthetic.generate_world(120, seed=7, image_size=32, world="shapes")
     _, y = next(iter(training_dataset(tiny_synthetic, "train", tokenizer, _config(captions="all"))))
     image_index = y["image_index"].numpy()
     caption_index = y["caption_index"].numpy()
     facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[caption_index]
-    expected = world_relevance(world.scene_facts[image_index], facts, world="things", image_size=32)
+    expected = world_relevance(world.scene_facts[image_index], facts, world="shapes", image_size=32)
     np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
+
+
+def test_the_things_worlds_relevance_in_the_pipeline_is_its_truth(tiny_things):
+    """The in-batch truth of the things world (its own fact layout, read from dataset.json's truth.world) equals the
+    NumPy truth of the sampled captions and images."""
+    info = schema.load_info(tiny_things)
+    assert info.truth_world == "things" and info.relevance["truth"]["world"] == "things"
+    tokenizer = CaptionTokenizer(build_vocabulary(training_captions(tiny_things)), max_length=24)
+    world = synthetic.generate_world(120, seed=7, image_size=48)
+    _, y = next(iter(training_dataset(tiny_things, "train", tokenizer, _config(captions="all", image_size=48))))
+    facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[y["caption_index"].numpy()]
+    expected = world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="things", image_size=48)
+    np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
+    assert (expected < 1).any() and np.allclose(np.diag(expected), 1.0)
 
 
 def test_relevance_blocks_per_replica():

@@ -26,7 +26,7 @@ def world(tmp_path_factory):
     from kitm.data.synthetic_records import build_synthetic
 
     root = tmp_path_factory.mktemp("centers") / "synthetic"
-    build_synthetic(root, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False, relevance=("cider",))
+    build_synthetic(root, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False, relevance=("cider",), world="shapes")
     return root
 
 

@@ -88,7 +88,7 @@ def test_served_embeddings_equal_the_keras_model_and_bad_inputs_are_named(prod_r
     from kitm.models import DualEncoder
 
     run_dir, _ = prod_run
-    world = synthetic.generate_world(12, seed=3, image_size=32)
+    world = synthetic.generate_world(12, seed=3, image_size=32, world="shapes")
     paths = []
     for i in range(2):
         paths.append(tmp_path / f"scene{i}.png")

@@ -21,7 +21,7 @@ def feature_world(production_run, tmp_path_factory):
     run_dir, _ = production_run
     root = tmp_path_factory.mktemp("features") / "world"
     info = build_synthetic(root, num_scenes=60, seed=11, image_size=32, num_shards=1, progress=False,
-                           relevance=(), split_counts=(40, 8, 12), image_features=saved_model_image_features(run_dir))
+                           relevance=(), split_counts=(40, 8, 12), image_features=saved_model_image_features(run_dir), world="shapes")
     return root, info
 
 
@@ -34,7 +34,7 @@ def test_records_hold_the_run_s_own_image_embeddings(production_run, feature_wor
     assert {split: info.num_images(split) for split in info.splits} == {"train": 40, "val": 8, "test": 12}
     assert info.source["image_features"]["saved_model"].endswith("export/1")
     # The first test record's vector is what the SavedModel's encode_image gives for that scene's PNG.
-    world = generate_world(60, seed=11, image_size=32, split_counts=(40, 8, 12))
+    world = generate_world(60, seed=11, image_size=32, split_counts=(40, 8, 12), world="shapes")
     first_test = int(world.split_indices("test")[0])
     record = next(iter(tf.data.TFRecordDataset(info.shard_paths(root, "test"))))
     parsed = tf.io.parse_single_example(record, schema.feature_spec(info))

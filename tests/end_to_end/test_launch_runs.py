@@ -78,7 +78,7 @@ def test_saved_model_serves_raw_inputs_without_kitm(mirrored_run, tmp_path, serv
     from kitm.data import synthetic
     from kitm.data.synthetic_records import encode_png
 
-    world = synthetic.generate_world(12, seed=3, image_size=32)
+    world = synthetic.generate_world(12, seed=3, image_size=32, world="shapes")
     for i in range(3):
         path = tmp_path / f"scene{i}.png"
         path.write_bytes(encode_png(world.images[i]))

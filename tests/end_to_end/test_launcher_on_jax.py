@@ -40,7 +40,7 @@ def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_f
 
     served = tf.saved_model.load(str(run_dir / "export" / "1"))
     captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words"]
-    world = synthetic.generate_world(4, seed=3, image_size=32)
+    world = synthetic.generate_world(4, seed=3, image_size=32, world="shapes")
     images = [encode_png(world.images[i]) for i in range(2)]
     served_text = served.signatures["encode_text"](captions=tf.constant(captions))["embeddings"].numpy()
     served_image = served.signatures["encode_image"](images=tf.constant(images))["embeddings"].numpy()
@@ -70,7 +70,7 @@ def test_the_semantic_centres_procedure_runs_its_three_phases_on_jax(tmp_path, s
     from kitm.data.synthetic_records import build_synthetic
 
     world = tmp_path / "synthetic"
-    build_synthetic(world, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False, relevance=("cider",))
+    build_synthetic(world, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False, relevance=("cider",), world="shapes")
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "kitm.launch", f"--flagfile={repo_root / 'launch' / 'centers.flags'}",
                            "--dataset=synthetic", "--image_size=32", "--embedding_dim=32", "--word_dim=16",

@@ -21,7 +21,7 @@ def _world_with_every_row(tmp_path_factory, name: str, num_scenes: int, seed: in
 
     root = tmp_path_factory.mktemp(name) / "synthetic"
     build_synthetic(root, num_scenes=num_scenes, seed=seed, image_size=32, num_shards=2, progress=False,
-                    relevance=("cider", "sbert", "neighbors"), neighbors_k=20)
+                    relevance=("cider", "sbert", "neighbors"), neighbors_k=20, world="shapes")
     return root
 
 

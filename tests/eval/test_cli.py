@@ -166,9 +166,9 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
     assert sims.shape == (12, 60)
     np.testing.assert_allclose(sims, images @ texts.T, atol=2e-5)
     # Truth relevance from the generator itself, for the images in evaluation order, [captions, images].
-    world = synthetic.generate_world(120, seed=7, image_size=32)
+    world = synthetic.generate_world(120, seed=7, image_size=32, world="shapes")
     caption_facts = world.caption_facts[image_index].reshape(-1, world.caption_facts.shape[-1])
-    truth = world_relevance(world.scene_facts[image_index], caption_facts, world="things", image_size=32).T
+    truth = world_relevance(world.scene_facts[image_index], caption_facts, world="shapes", image_size=32).T
     # mAP@R and R-Precision count the captions fully true of an image as its positives (truth relevance 1.0).
     _assert_same_figures(report["all"], evaluate(sims, relevance=truth, positive_threshold=1.0))
     assert report["positive_threshold"] == report["settings"]["positive_threshold"] == 1.0

@@ -158,7 +158,7 @@ def rich_synthetic(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("rich") / "synthetic"
     build_synthetic(root, num_scenes=60, seed=3, image_size=32, num_shards=2, progress=False,
-                    relevance=("cider", "sbert", "neighbors"), neighbors_k=20)
+                    relevance=("cider", "sbert", "neighbors"), neighbors_k=20, world="shapes")
     return root
 
 

@@ -272,7 +272,7 @@ def image_neighbor_world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("image_neighbors") / "synthetic"
     build_synthetic(root, num_scenes=80, seed=5, image_size=32, num_shards=2, progress=False, relevance=("cider",),
-                    neighbors_k=10, image_neighbors=ImageNeighborOptions("pixels"))
+                    neighbors_k=10, image_neighbors=ImageNeighborOptions("pixels"), world="shapes")
     return root
 
 

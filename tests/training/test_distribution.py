@@ -34,7 +34,7 @@ def _build(root, tokenizer):
 
 def _truth(world, y):
     facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[y["caption_index"].numpy()]
-    return world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="things", image_size=32)
+    return world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="shapes", image_size=32)
 
 
 def test_two_worker_pipelines_split_the_records_and_each_replica_gets_its_own_relevance(tiny_synthetic, tokenizer):
@@ -43,7 +43,7 @@ def test_two_worker_pipelines_split_the_records_and_each_replica_gets_its_own_re
     assert steps == 6
     dataset_fn = distribution.per_replica_dataset_fn(_build(tiny_synthetic, tokenizer), global_batch=16, steps=steps,
                                                      seed=3)
-    world = synthetic.generate_world(120, seed=7, image_size=32)
+    world = synthetic.generate_world(120, seed=7, image_size=32, world="shapes")
     passes = []
     for worker in (0, 1):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
@@ -113,13 +113,13 @@ def test_replica_rows_give_each_replica_its_rows_of_the_global_batchs_relevance(
     # global batch's relevance [8, 16]: its images against all 16 captions.
     from kitm.data.pipeline import replica_rows
 
-    world = synthetic.generate_world(120, seed=7, image_size=32)
+    world = synthetic.generate_world(120, seed=7, image_size=32, world="shapes")
     pieces = list(replica_rows(_build(tiny_synthetic, tokenizer)(16, None, 0), 2).take(2))
     captions = np.concatenate([y["caption_index"].numpy() for _, y in pieces])
     facts = world.caption_facts.reshape(-1, world.caption_facts.shape[-1])[captions]
     for x, y in pieces:
         assert x["image"].shape == (8, 32, 32, 3) and y["relevance"].shape == (8, 16)
-        expected = world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="things", image_size=32)
+        expected = world_relevance(world.scene_facts[y["image_index"].numpy()], facts, world="shapes", image_size=32)
         np.testing.assert_allclose(y["relevance"].numpy(), expected, atol=1e-6)
     with pytest.raises(ValueError, match="replicas 2..2 are not among 0..1"):
         replica_rows(tf.data.Dataset.range(4), 2, first=2, count=1)
