@@ -14,7 +14,8 @@ from kitm.progress import progress_bar as tqdm
 
 from kitm.data import schema
 from kitm.data.records import make_example, write_shards
-from kitm.relevance.image_features import ImageNeighborOptions, PixelArrays
+from kitm.errors import KitmDataError
+from kitm.relevance.image_features import ImageNeighborOptions, PixelArrays, StoredFeatures
 from kitm.relevance.world_truth import DEFAULT_WORLD, caption_fact_width, max_objects, scene_fact_width
 from kitm.relevance.rows import DEFAULT_NEIGHBORS_K, compute_relevance_rows
 
@@ -47,6 +48,17 @@ def _frozen_features(world, encode: Callable[[np.ndarray], np.ndarray], provenan
         raise ValueError(f"The image feature extractor {provenance} gave {features.shape} values (finite: "
                          f"{bool(np.isfinite(features).all())}) for {world.num_scenes} scenes; expected [scenes, F].")
     return features
+
+
+def _neighbor_images(world, members: np.ndarray, features: np.ndarray | None, options: ImageNeighborOptions):
+    """A split's images for the image-space neighbour rows: the frozen tower's features for space "features" (the
+    space the runs see, as Thomas & Kovashka's Img NNs use their CNN's features), else the pixels."""
+    if options.space == "features":
+        if features is None:
+            raise KitmDataError("--image_neighbors=features for --dataset=synthetic reads the frozen tower's features: "
+                                "give --image_features_run too (or --image_neighbors=pixels).")
+        return StoredFeatures(features, members, "the frozen tower's features")
+    return PixelArrays(world.images[members], [f"scene_{i:06d}" for i in members])
 
 
 def _write_splits(out: pathlib.Path, world, members_of: dict, rows, features: np.ndarray | None, num_shards: int,
@@ -121,7 +133,7 @@ def build_synthetic(out: str | os.PathLike, *, num_scenes: int = 3000, seed: int
          for split, members in members_of.items()},
         captions_per_image=captions_per_image, sources=relevance, sentence_model=sentence_model,
         neighbors_k=neighbors_k, progress=progress, image_neighbors=image_neighbors,
-        images={split: PixelArrays(world.images[members], [f"scene_{i:06d}" for i in members])
+        images={split: _neighbor_images(world, members, features, image_neighbors)
                 for split, members in members_of.items()} if image_neighbors is not None else None)
     splits = _write_splits(out, world, members_of, rows, features, num_shards, progress)
     info = schema.DatasetInfo(

@@ -116,12 +116,31 @@ from kitm.study.tuning import TuningArm, parse_tuning
 STUDY_LAUNCH_FLAGS = ("seed", "run_dir")
 STUDY_EVAL_FLAGS = ("run_dir", "out", "split", "relevance", "progress", "no-progress", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "pinned_flags", "metrics", "evaluation", "environment",
-             "configuration", "claim", "agreement", "prepare", "dose_response", "tuning", "tuned_by"}
+_TOP_KEYS = {"name", "out_dir", "seeds", "baseline", "common_flags", "pinned_flags", "metrics", "evaluation",
+             "environment", "configuration", "claim", "agreement", "prepare", "dose_response", "tuning", "tuned_by",
+             "verdict_rules"}
 _PREPARE_KEYS = {"creates", "command"}
 _AGREEMENT_KEYS = {"data_dir", "split", "sources", "reference"}
 _EVALUATION_KEYS = {"split", "relevance", "extra_args"}
 _CONFIGURATION_KEYS = {"name", "flags", "seeds", "tuned_arm"}
+_VERDICT_RULE_KEYS = {"collapse_threshold", "collapse_share", "random_effect"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerdictRules:
+    """Rules a study registers beside the claims' own (the third claims study's, studies/claims_things.toml):
+
+    - ``collapse_threshold`` (None: no rule): a run *collapsed* when its last epoch's mean pairwise cosine of the
+      image embeddings (`collapse/image_cosine`, the collapse monitor's statistic in summary.json) is at least this;
+      a claim whose configuration has collapsed in at least ``collapse_share`` of its runs (every world pooled)
+      gets "does not hold: training collapses", its parts shown for information only;
+    - ``random_effect``: beside each pooled verdict (the worlds as fixed blocks), the interval with the world as a
+      random effect (the mean of the worlds' mean differences, a t interval on W - 1 degrees of freedom).
+    """
+
+    collapse_threshold: float | None = None
+    collapse_share: float = 0.5
+    random_effect: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +203,7 @@ class StudySpec:
     pinned_flags: tuple[str, ...] = ()
     tuning: tuple[TuningArm, ...] = ()
     tuned_by: pathlib.Path | None = None
+    verdict_rules: VerdictRules = VerdictRules()
 
     def configuration(self, name: str) -> Configuration:
         for configuration in self.configurations:
@@ -275,7 +295,26 @@ def parse_spec(raw: Mapping[str, object], path: pathlib.Path) -> StudySpec:
                      common_flags=common_flags, evaluation=evaluation, configurations=tuple(configurations),
                      claims=claims, metrics=metrics, environment=environment, agreement=agreement,
                      prepare=tuple(prepare), dose_responses=dose_responses, pinned_flags=pinned_flags,
-                     tuning=tuning, tuned_by=tuned_by)
+                     tuning=tuning, tuned_by=tuned_by,
+                     verdict_rules=_parse_verdict_rules(check, raw.get("verdict_rules", {})))
+
+
+def _parse_verdict_rules(check: _Checker, raw: object) -> VerdictRules:
+    """The optional [verdict_rules] table (`VerdictRules`): shares and thresholds in (0, 1], a bool."""
+    raw = check.table(raw, "verdict_rules", _VERDICT_RULE_KEYS)
+    values = {}
+    for key in ("collapse_threshold", "collapse_share"):
+        if key in raw:
+            value = check.number(raw[key], f"verdict_rules.{key}")
+            if not 0.0 < value <= 1.0:
+                raise check.fail(f"verdict_rules.{key}", f"must be in (0, 1]; got {value}.")
+            values[key] = float(value)
+    if "random_effect" in raw:
+        if not isinstance(raw["random_effect"], bool):
+            raise check.fail("verdict_rules.random_effect",
+                             f"must be true or false; got {_describe(raw['random_effect'])}.")
+        values["random_effect"] = raw["random_effect"]
+    return VerdictRules(**values)
 
 
 def _parse_seeds(check: _Checker, seeds: object, key: str = "seeds") -> list[int]:

@@ -88,6 +88,15 @@ def test_spec_parses_with_defaults(tmp_path):
     assert spec.evaluation.relevance == "truth" and spec.evaluation.extra_args == ()
     assert spec.claims[0].keep_tolerance == {"i2t_R@1": 1.0}
     assert spec.claims[1].baseline == "base" and spec.metrics is None
+    assert spec.verdict_rules.collapse_threshold is None and not spec.verdict_rules.random_effect
+
+
+def test_verdict_rules_parse(tmp_path):
+    """The third claims study's registered rules (collapse, the world as a random effect) are read from the spec."""
+    path = _write_spec(tmp_path)
+    path.write_text(path.read_text() + "\n[verdict_rules]\ncollapse_threshold = 0.999\nrandom_effect = true\n")
+    rules = load_spec(path).verdict_rules
+    assert rules.collapse_threshold == 0.999 and rules.collapse_share == 0.5 and rules.random_effect
 
 
 def _add_to_better(line):
@@ -132,6 +141,9 @@ def _add_to_better(line):
      "configuration[1].seeds", "non-empty list"),
     (_add_to_better("seeds = [1, 1]"),
      "configuration[1].seeds", "repeats a seed"),
+    (lambda s: s + "\n[verdict_rules]\ncollapse_threshold = 1.5\n", "verdict_rules.collapse_threshold",
+     "must be in (0, 1]"),
+    (lambda s: s + "\n[verdict_rules]\nrandom_effects = true\n", "verdict_rules.random_effects", "unknown key"),
     (_add_to_better("seeds = [2]"),
      "claim[0]", "'better' and 'base' share 1 seed(s) ([2]); a paired comparison needs 2 or more"),
 ])
