@@ -27,7 +27,8 @@ from kitm.study.results import RunResult, values_by_configuration
 from kitm.study.claim_spec import Claim
 from kitm.study.spec import StudySpec
 from kitm.study.tuned import TunedConfiguration, waiting as waiting_configurations
-from kitm.study.statistics import Interval, PairedComparison, blocked_comparison, paired_comparison, t_interval
+from kitm.study.statistics import (Interval, PairedComparison, blocked_comparison, paired_comparison,
+                                   random_effect_interval, t_interval)
 from kitm.study.provenance import changed_files
 from kitm.study.validation_curves import collect_curves
 
@@ -386,7 +387,8 @@ def _judge(analysis: StudyAnalysis, claim: Claim, results: Sequence[RunResult]) 
             paper_cells=claim.paper_cells, views=claim.views)
 
     if not claim.blocks:
-        return judge(claim.configuration, claim.baseline, paired, bootstrapped, claim.truth_control)
+        single = judge(claim.configuration, claim.baseline, paired, bootstrapped, claim.truth_control)
+        return _with_verdict_rules(analysis, claim, single, ((None, claim.configuration, claim.baseline),), results)
     # Several worlds: no per-query bootstrap, the worlds' test items differ; each world's truth control only in the
     # claim's own world.
     pairs = claim.block_pairs
@@ -397,7 +399,41 @@ def _judge(analysis: StudyAnalysis, claim: Claim, results: Sequence[RunResult]) 
                    None, claim.truth_control)
     per_block = tuple((label, judge(c, b, paired, None, claim.truth_control if i == 0 else None))
                       for i, (label, c, b) in enumerate(pairs) if (c, b) not in apart)
-    return dataclasses.replace(pooled, per_block=per_block)
+    pooled = dataclasses.replace(pooled, per_block=per_block)
+    return _with_verdict_rules(analysis, claim, pooled, pooled_pairs, results)
+
+
+def _with_verdict_rules(analysis: StudyAnalysis, claim: Claim, result: claim_rules.ClaimResult, pairs,
+                        results: Sequence[RunResult]) -> claim_rules.ClaimResult:
+    """The study's registered rules (kitm.study.spec.VerdictRules) on a claim pooled over several worlds: the
+    random-effect interval of every part, and the collapse of the claim's configurations."""
+    rules = analysis.spec.verdict_rules
+    if rules.random_effect and len(pairs) > 1:
+        parts = tuple(dataclasses.replace(part, random_effect=_random_effect(analysis, pairs, part.metric))
+                      for part in result.parts)
+        result = dataclasses.replace(result, parts=parts)
+    if rules.collapse_threshold is not None:
+        configurations = tuple(dict.fromkeys(c for _, c, _ in pairs))
+        cosines = [r.image_cosine for r in results if r.configuration in configurations and r.done
+                   and r.image_cosine is not None]
+        if cosines:
+            collapsed = sum(value >= rules.collapse_threshold for value in cosines)
+            result = dataclasses.replace(result, collapse=claim_rules.Collapse(
+                configurations, int(collapsed), len(cosines), rules.collapse_threshold, rules.collapse_share,
+                float(min(cosines)), float(max(cosines))))
+    return result
+
+
+def _random_effect(analysis: StudyAnalysis, pairs, metric: str) -> Interval:
+    """The paired improvements of `metric` block by block (candidate - baseline, turned so that positive is
+    better), with the world as a random effect (kitm.study.statistics.random_effect_interval)."""
+    sign = -1.0 if lower_is_better(metric) else 1.0
+    blocks = []
+    for _, candidate, baseline in pairs:
+        a = analysis.values.get(candidate, {}).get(metric, {})
+        b = analysis.values.get(baseline, {}).get(metric, {})
+        blocks.append([sign * (float(a[s]) - float(b[s])) for s in sorted(set(a) & set(b))])
+    return random_effect_interval(blocks)
 
 
 def _not_done_warnings(results: Sequence[RunResult]) -> list[str]:

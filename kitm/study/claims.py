@@ -73,7 +73,8 @@ MIXED = "mixed"
 DOES_NOT_HOLD = "does not hold"
 BELOW_PAPER = "below the paper's effect"
 UNTESTABLE = "untestable here"
-OUTCOMES = (MIXED, DOES_NOT_HOLD, HOLDS, UNTESTABLE, BELOW_PAPER, INCONCLUSIVE)  # in order of precedence
+COLLAPSES = "does not hold: training collapses"  # a study's collapse rule (kitm.study.spec.VerdictRules)
+OUTCOMES = (COLLAPSES, MIXED, DOES_NOT_HOLD, HOLDS, UNTESTABLE, BELOW_PAPER, INCONCLUSIVE)  # in order of precedence
 
 CONTROL_BEATS = "beats the baseline"
 CONTROL_FAILS = "does not beat the baseline"
@@ -157,6 +158,9 @@ class ClaimPart:
     bootstrap: QueryBootstrap | None = None  # None: no per-query data (bootstrap_note says why)
     bootstrap_note: str = ""
     paper_source: str = ""  # where the paper reports this part (table and cell), when it does
+    # With several worlds and the study's random-effect rule: the improvement with the world as a random effect
+    # (kitm.study.statistics.random_effect_interval), shown beside the pooled (fixed-block) verdict, never deciding it.
+    random_effect: Interval | None = None
 
     @property
     def excludes_paper_effect(self) -> bool:
@@ -168,7 +172,42 @@ class ClaimPart:
                 "paper_effect": self.paper_effect, "excludes_paper_effect": self.excludes_paper_effect,
                 "power": None if self.power is None else self.power.as_dict(),
                 "bootstrap": None if self.bootstrap is None else self.bootstrap.as_dict(),
-                "bootstrap_note": self.bootstrap_note, "paper_source": self.paper_source}
+                "bootstrap_note": self.bootstrap_note, "paper_source": self.paper_source,
+                "random_effect": None if self.random_effect is None else _interval_dict(self.random_effect)}
+
+
+def _interval_dict(interval: Interval) -> dict[str, object]:
+    return {"n": interval.n, "mean": interval.mean, "low": interval.low, "high": interval.high}
+
+
+@dataclasses.dataclass(frozen=True)
+class Collapse:
+    """A study's collapse rule applied to a claim's configuration: ``collapsed`` of its ``runs`` (every world) ended
+    with the image embeddings' mean pairwise cosine at or above ``threshold`` (the collapse monitor's statistic,
+    from ``lowest`` to ``highest`` over the runs)."""
+
+    configurations: tuple[str, ...]
+    collapsed: int
+    runs: int
+    threshold: float
+    share: float  # the rule's share: the claim collapses when collapsed / runs >= share
+    lowest: float
+    highest: float
+
+    @property
+    def applies(self) -> bool:
+        return self.runs > 0 and self.collapsed / self.runs >= self.share
+
+    @property
+    def text(self) -> str:
+        return (f"{self.collapsed} of {self.runs} runs of {', '.join(self.configurations)} ended with the image "
+                f"embeddings' mean pairwise cosine >= {self.threshold:g} (the collapse monitor; {self.lowest:.4f} to "
+                f"{self.highest:.4f} over the runs)")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"configurations": list(self.configurations), "collapsed": self.collapsed, "runs": self.runs,
+                "threshold": self.threshold, "share": self.share, "lowest": self.lowest, "highest": self.highest,
+                "applies": self.applies}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +331,7 @@ class ClaimResult:
     paper_effect_source: str | None = None
     views: tuple[ClaimPart, ...] = ()  # secondary figures: shown, never part of the verdict
     per_block: tuple[tuple[str, "ClaimResult"], ...] = ()  # each world's own verdict, when the claim spans several
+    collapse: Collapse | None = None  # the study's collapse rule, when it has one
 
     @property
     def block_note(self) -> str:
@@ -303,6 +343,9 @@ class ClaimResult:
 
     @property
     def outcome(self) -> tuple[str, str, int | None]:
+        if self.collapse is not None and self.collapse.applies:
+            return (COLLAPSES, f"{self.collapse.text}; its parts are shown for information only",
+                    0 if self.parts else None)
         return claim_outcome(self.parts, self.truth_control)
 
     @property
@@ -328,7 +371,8 @@ class ClaimResult:
                 "per_block": [{"label": label, "verdict": result.verdict, "reason": result.reason,
                                "parts": [part.as_dict() for part in result.parts]}
                               for label, result in self.per_block],
-                "block_note": self.block_note}
+                "block_note": self.block_note,
+                "collapse": None if self.collapse is None else self.collapse.as_dict()}
 
 
 def _judge_part(kind: str, metric: str, configuration: str, baseline: str, tolerance: float | None,

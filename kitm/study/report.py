@@ -129,6 +129,8 @@ def part_text(part: claim_rules.ClaimPart) -> str:
     if part.paper_effect is not None:
         paper = f"paper +{_number(part.paper_effect, decimals(part.metric))}"
         text += f" ({paper}, {'excluded' if part.excludes_paper_effect else 'not excluded'})"
+    if part.random_effect is not None:
+        text += f"; world as a random effect {interval_text(part.random_effect, decimals(part.metric))}"
     return text
 
 
@@ -182,6 +184,16 @@ def _claims_section(analysis: StudyAnalysis) -> list[str]:
                                   for label, result in claim.per_block) + ".", ""]
             if claim.block_note:
                 lines += [f"Note: {claim.block_note}.", ""]
+            if any(part.random_effect is not None for part in claim.parts):
+                lines += ["With the world as a random effect (the mean of the worlds' mean differences, a t interval "
+                          "on W - 1 degrees of freedom: kitm.study.statistics.random_effect_interval; what a new "
+                          "world drawn by the same generator would show, never deciding the verdict): "
+                          + "; ".join(f"{part.metric} {interval_text(part.random_effect, decimals(part.metric))}"
+                                      for part in claim.parts if part.random_effect is not None) + ".", ""]
+        if claim.collapse is not None:
+            lines += [f"Collapse rule (threshold {claim.collapse.threshold:g}, share {claim.collapse.share:g}): "
+                      f"{claim.collapse.text}" + ("; the claim does not hold: training collapses."
+                                                  if claim.collapse.applies else "; below the rule's share."), ""]
         lines += _control_lines(claim)
         rows, power_rows = [], []
         for part in claim.parts:

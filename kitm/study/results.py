@@ -36,6 +36,8 @@ class RunResult:
     eval_command: str
     per_query: pathlib.Path | None = None  # <eval json stem>.per_query.npz beside the eval JSON, when it exists
     kitm_commit: str | None = None  # git commit of that code (+dirty), when the study could record it
+    # The collapse monitor's statistic at the last epoch (summary.json): the image embeddings' mean pairwise cosine
+    image_cosine: float | None = None
 
     @property
     def done(self) -> bool:
@@ -93,7 +95,16 @@ def collect(plan: RunPlan, split: str) -> RunResult:
         flags=summary.get("flags") if summary is not None else None, dataset=_dataset(summary, split),
         kitm_source=runs.trained_by(status),
         launch_command=commands.display(plan.launch_args), eval_command=commands.display(plan.eval_args),
-        per_query=per_query, kitm_commit=runs.trained_by(status, "kitm_commit"))
+        per_query=per_query, kitm_commit=runs.trained_by(status, "kitm_commit"),
+        image_cosine=_image_cosine(summary) if state == runs.DONE else None)
+
+
+def _image_cosine(summary: dict | None) -> float | None:
+    """The last epoch's `collapse/image_cosine` of a run's summary.json, None when it has none."""
+    collapse = summary.get("collapse") if isinstance(summary, dict) else None
+    last = collapse.get("last") if isinstance(collapse, dict) else None
+    value = last.get("collapse/image_cosine") if isinstance(last, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def values_by_configuration(results: Iterable[RunResult],

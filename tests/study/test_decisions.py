@@ -550,6 +550,40 @@ def test_a_claim_over_worlds_pools_them_as_blocks_and_says_when_they_disagree(tm
     assert "Pooled over 2 worlds with the world as a block" in markdown and "world 2: **does not hold**" in markdown
 
 
+def test_the_third_studys_rules_collapse_and_the_world_as_a_random_effect(tmp_path):
+    """[verdict_rules]: each part gets the random-effect interval of the worlds' mean gains beside its pooled one, and a
+    configuration that collapsed (the last epoch's image cosine >= the threshold) in at least half its runs makes the
+    claim "does not hold: training collapses", whatever its parts say."""
+    study = tmp_path / "study"
+    _write_worlds(study)
+    cosines = {"new": (0.9999, 0.9998, 0.42, 0.9997), "new_w2": (0.9996, 0.55, 0.61, 0.58)}
+    for configuration, values in cosines.items():
+        for seed, value in enumerate(values):
+            summary = {"collapse": {"last": {"collapse/image_cosine": value}}}
+            (study / "runs" / configuration / f"seed_{seed}" / "summary.json").write_text(json.dumps(summary))
+    path = tmp_path / "s.toml"
+    path.write_text(BLOCKED_SPEC.format(out=study)
+                    + "\n[verdict_rules]\ncollapse_threshold = 0.999\nrandom_effect = true\n")
+    assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
+    claim = json.loads((study / "report.json").read_text())["claims"][0]
+    expected = statistics.random_effect_interval([WORLD_GAINS["new"], WORLD_GAINS["new_w2"]])
+    random_effect = claim["parts"][0]["random_effect"]
+    assert random_effect["n"] == 2 and random_effect["mean"] == pytest.approx(expected.mean)
+    assert random_effect["low"] == pytest.approx(expected.low) and random_effect["high"] == pytest.approx(expected.high)
+    # 4 of the 8 runs of new and new_w2 collapsed: half, the rule's share
+    collapse = claim["collapse"]
+    assert (collapse["collapsed"], collapse["runs"], collapse["applies"]) == (4, 8, True)
+    assert claim["verdict"] == "does not hold: training collapses" and "4 of 8 runs" in claim["reason"]
+    markdown = (study / "report.md").read_text()
+    assert "With the world as a random effect" in markdown and "the claim does not hold: training collapses" in markdown
+    # three collapsed of eight is under the share: the parts decide again
+    (study / "runs" / "new" / "seed_3" / "summary.json").write_text(
+        json.dumps({"collapse": {"last": {"collapse/image_cosine": 0.5}}}))
+    assert cli.main([f"--spec={path}", "--report_only", "--no-progress"]) == 0
+    claim = json.loads((study / "report.json").read_text())["claims"][0]
+    assert claim["verdict"] == "holds" and not claim["collapse"]["applies"]
+
+
 def _recall_zeros():
     return {**{f"i2t_R@{k}": np.zeros(5) for k in (1, 5, 10)}, **{f"t2i_R@{k}": np.zeros(5) for k in (1, 5, 10)}}
 

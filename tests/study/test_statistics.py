@@ -243,3 +243,17 @@ def test_blocked_interval_is_the_least_squares_mean_of_block_means():
                                                 ("b", {0: 0.0, 1: 1.0}, {0: 1.0, 1: 1.0})])
     assert comparison.seeds == ("a/0", "a/1", "b/0", "b/1") and comparison.difference.mean == pytest.approx(0.5)
     assert math.isnan(comparison.wilcoxon_p) and 0 < comparison.t_test_p < 1
+
+
+def test_random_effect_interval_is_the_t_interval_of_the_block_means():
+    """The world as a random effect: a t interval on W - 1 degrees of freedom over the worlds' mean differences
+    (hand-computed: block means 1, 2, 6; mean 3; s_b = sqrt(7); t(0.975, 2) = 4.3027)."""
+    blocks = [[0.5, 1.5], [2.0, 2.0, 2.0], [5.0, 7.0]]
+    interval = statistics.random_effect_interval(blocks)
+    assert interval.n == 3 and interval.mean == pytest.approx(3.0)
+    assert interval.std == pytest.approx(math.sqrt(7.0))
+    assert interval.half_width == pytest.approx(stats.t.ppf(0.975, 2) * math.sqrt(7.0) / math.sqrt(3.0))
+    # the same differences with the world as a fixed block give a narrower interval (the worlds' spread is not error)
+    assert statistics.blocked_interval(blocks).half_width < interval.half_width
+    assert math.isnan(statistics.random_effect_interval([[1.0, 2.0]]).half_width)
+    assert statistics.random_effect_interval([]).n == 0
