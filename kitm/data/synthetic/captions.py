@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from kitm.data.synthetic.caption_draws import distinct_captions, finish_text
 from kitm.data.synthetic.scenes import SceneObject, relations_between, third
 from kitm.relevance.scene_facts import (CAPTION_FACT_WIDTH, COLOURS, COLUMNS, MENTION_WIDTH, RELATIONS, ROWS, SHAPES,
                                         SIZES, relation_gap)
@@ -195,25 +196,10 @@ def _draw_caption(rng: np.random.Generator, objects: Sequence[SceneObject], imag
 
 
 def _finish_text(rng: np.random.Generator, text: str) -> str:
-    # Crowd-sourced captions vary in case and final punctuation; kitm's text pipelines must not care.
-    if rng.random() < 0.5:
-        text = text[0].upper() + text[1:]
-    if rng.random() < 0.3:
-        text += "."
-    return text
+    return finish_text(rng, text, p_capital=0.5, p_full_stop=0.3)
 
 
 def scene_captions(rng: np.random.Generator, objects: Sequence[SceneObject], image_size: int, count: int):
     """(``count`` texts, int32 [count, 11] facts) true of ``objects``, stating different facts where it can."""
-    facts_rows: list[np.ndarray] = []
-    texts: list[str] = []
-    seen: set[bytes] = set()
-    for _ in range(count):
-        for _ in range(_CAPTION_TRIES):
-            facts, text = _draw_caption(rng, objects, image_size)
-            if facts.tobytes() not in seen:
-                break
-        seen.add(facts.tobytes())
-        facts_rows.append(facts)
-        texts.append(_finish_text(rng, text))
-    return texts, np.stack(facts_rows)
+    return distinct_captions(lambda: _draw_caption(rng, objects, image_size), lambda text: _finish_text(rng, text),
+                             count, _CAPTION_TRIES)

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from kitm.data.synthetic.caption_draws import distinct_captions
 from kitm.data.synthetic.captions import _SHAPE_WORDS, _finish_text, _mention_text, _pick
 from kitm.data.synthetic.scenes import SceneObject, third
 from kitm.relevance.scene_facts import CAPTION_FACT_WIDTH, COLOURS, MENTION_WIDTH, SHAPES
@@ -111,13 +112,5 @@ def complementary_captions(rng: np.random.Generator, objects: Sequence[SceneObje
                            topic: int, materials: Sequence[int]) -> tuple[list[str], np.ndarray]:
     """(``count`` texts, int32 [count, 11] facts): complementary captions of a scene with its story and materials;
     the captions of one scene state different facts rows where a few redraws allow (as the literal ones do)."""
-    texts, rows, seen = [], [], set()
-    for _ in range(count):
-        for _ in range(40):
-            facts, text = _draw(rng, objects, image_size, topic, materials)
-            if facts.tobytes() not in seen:
-                break
-        seen.add(facts.tobytes())
-        rows.append(facts)
-        texts.append(_finish_text(rng, text))
-    return texts, np.stack(rows)
+    return distinct_captions(lambda: _draw(rng, objects, image_size, topic, materials),
+                             lambda text: _finish_text(rng, text), count)

@@ -16,13 +16,13 @@ from typing import Sequence
 
 import numpy as np
 
+from kitm.data.synthetic.caption_draws import distinct_captions, finish_text
 from kitm.data.synthetic.things.lexicon import RELATION_PHRASES, SETTING_NAMES, SETTING_PLACES, SETTING_TIMES
 from kitm.data.synthetic.things.mentions import (Mention, action, draw_mention, entities, pick, pick_entity,
                                                  vague_entity)
 from kitm.data.synthetic.things.scenes import ThingScene, relations_between
 from kitm.relevance.things_facts import CAPTION_FACT_WIDTH, MENTION_WIDTH, RELATIONS, SETTINGS
 
-_CAPTION_TRIES = 40
 _P_KIND = {"single": 0.52, "relation": 0.22, "pair": 0.14, "setting_first": 0.12}
 _P_SETTING = {"single": 0.8, "relation": 0.45, "pair": 0.6, "setting_first": 1.0}
 _RELATION_WEIGHTS = np.array([1.0, 1.0, 0.4, 0.4, 2.0])
@@ -106,26 +106,11 @@ def _draw_caption(rng: np.random.Generator, scene: ThingScene, image_size: int) 
     return facts, " ".join(text.split())
 
 
-def _finish_text(rng: np.random.Generator, text: str) -> str:
-    # Crowd-sourced captions mostly start with a capital and end with a full stop or nothing.
-    if rng.random() < 0.9:
-        text = text[0].upper() + text[1:]
-    if rng.random() < 0.45:
-        text += "."
-    return text
+def finish(rng: np.random.Generator, text: str) -> str:
+    """Crowd-sourced captions mostly start with a capital, and end with a full stop or nothing."""
+    return finish_text(rng, text, p_capital=0.9, p_full_stop=0.45)
 
 
 def scene_captions(rng: np.random.Generator, scene: ThingScene, image_size: int, count: int):
     """(``count`` texts, int32 [count, 12] facts) true of ``scene``, stating different facts where they can."""
-    facts_rows: list[np.ndarray] = []
-    texts: list[str] = []
-    seen: set[bytes] = set()
-    for _ in range(count):
-        for _ in range(_CAPTION_TRIES):
-            facts, text = _draw_caption(rng, scene, image_size)
-            if facts.tobytes() not in seen:
-                break
-        seen.add(facts.tobytes())
-        facts_rows.append(facts)
-        texts.append(_finish_text(rng, text))
-    return texts, np.stack(facts_rows)
+    return distinct_captions(lambda: _draw_caption(rng, scene, image_size), lambda text: finish(rng, text), count)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from kitm.data.synthetic.complementary import TOPICS
-from kitm.data.synthetic.things.captions import _finish_text
+from kitm.data.synthetic.caption_draws import distinct_captions
+from kitm.data.synthetic.things.captions import finish
 from kitm.data.synthetic.things.lexicon import THINGS
 from kitm.data.synthetic.things.mentions import article, colour_word, entities, pick
 from kitm.data.synthetic.things.scenes import ThingScene
@@ -66,14 +67,5 @@ def complementary_captions(rng: np.random.Generator, scene: ThingScene, count: i
                            topic: int) -> tuple[list[str], np.ndarray]:
     """(``count`` texts, int32 [count, 12] facts): complementary captions of a scene with its story; the captions
     of one scene state different facts rows where a few redraws allow."""
-    texts, rows, seen = [], [], set()
-    for _ in range(count):
-        for _ in range(40):
-            facts, text = _draw(rng, scene, topic)
-            if facts.tobytes() not in seen:
-                break
-        seen.add(facts.tobytes())
-        rows.append(facts)
-        texts.append(_finish_text(rng, text))
-    return texts, np.stack(rows)
+    return distinct_captions(lambda: _draw(rng, scene, topic), lambda text: finish(rng, text), count)
 
