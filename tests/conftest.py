@@ -273,6 +273,26 @@ def quantizer_centers():
 
 
 @pytest.fixture(scope="session")
+def random_ranking_rsum():
+    """rsum (R@1, 5, 10 both ways, in points) of random rankings on n test images with 5 captions each, simulated:
+    a function of n giving (mean, standard deviation, the 99.9th percentile) over 4,000 rankings. A caption query's
+    image has a uniform rank among n; an image query's first right caption is the best of 5 uniform places among 5n.
+    A learning test with a few dozen test images compares its rsum with this distribution, not with a multiple of
+    its mean (runs of the same settings differ by CPU: oneDNN's kernels round differently on another processor)."""
+    import numpy as np
+
+    def simulate(n: int, captions: int = 5, rankings: int = 4000) -> tuple[float, float, float]:
+        rng = np.random.default_rng(0)
+        caption_ranks = rng.integers(1, n + 1, size=(rankings, captions * n))
+        places = np.argsort(np.argsort(rng.random((rankings, n, captions * n)), axis=-1), axis=-1)
+        image_ranks = places[..., :captions].min(axis=-1) + 1
+        rsum = sum(100 * ((caption_ranks <= k).mean(-1) + (image_ranks <= k).mean(-1)) for k in (1, 5, 10))
+        return float(rsum.mean()), float(rsum.std()), float(np.quantile(rsum, 0.999))
+
+    return simulate
+
+
+@pytest.fixture(scope="session")
 def tiny_synthetic(tmp_path_factory) -> pathlib.Path:
     """A 120-scene synthetic dataset (96 train / 12 val / 12 test), built once per test session (under xdist once
     per worker: it takes well under a second). The shapes world: the machinery's tests (pipelines, losses through

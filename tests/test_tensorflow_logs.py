@@ -34,7 +34,7 @@ def test_a_command_writing_to_a_file_has_no_tensorflow_notices_and_its_bars_are_
     assert not [word for word in NOISE if word in text], text[-3000:]
     assert "\r" not in text and max(len(line) for line in text.splitlines()) < 300
     lines = text.splitlines()
-    assert any(line.startswith("synthetic world: 100%") for line in lines), text  # the bars' final lines
+    assert any(line.startswith("synthetic world (things): 100%") for line in lines), text  # the bars' final lines
     assert any(line.startswith(f"writing {tmp_path / 'world'}: 100%") for line in lines), text
     assert lines[-1].startswith(f"Wrote {tmp_path / 'world'}")
 

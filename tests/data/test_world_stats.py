@@ -98,3 +98,18 @@ def test_the_things_world_meets_its_calibration_goals_against_flickr8k(tmp_path,
     assert payload["reference"]["images"] == 1000 and payload["sources"][0]["images"] == 300
     assert payload["reference"]["non_matching"]["mean"] == pytest.approx(0.080, abs=0.001)
     assert (tmp_path / "worlds.png").stat().st_size > 10_000 and "| things world | shapes world |" in printed
+
+
+def test_examples_are_drawn_from_a_dataset_and_from_a_world(tiny_synthetic, tmp_path):
+    """--examples_png's two sources: a built dataset's first test records (decoded pixels and their captions) and a
+    generated world's first test scenes, each drawn beside its captions."""
+    from kitm.data.world_stats.report import plot_examples
+    from kitm.data.world_stats.sources import dataset_examples, world_examples
+
+    images, groups = dataset_examples(tiny_synthetic, 3, "test")
+    assert images.shape == (3, 32, 32, 3) and images.dtype == np.uint8
+    assert groups == dataset_groups(tiny_synthetic, "test")[:3]
+    world_images, world_captions = world_examples("things", 2, num_scenes=40, seed=3, image_size=48)
+    assert world_images.shape == (2, 48, 48, 3) and all(len(c) == 5 for c in world_captions)
+    plot_examples(world_images, world_captions, tmp_path / "examples.png", title="two scenes")
+    assert (tmp_path / "examples.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

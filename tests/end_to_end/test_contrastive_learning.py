@@ -21,7 +21,8 @@ DEMO_MODEL = ("--image_size=32", "--embedding_dim=256", "--word_dim=64", "--text
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss, settings", [("infonce", ()), ("graded_infonce", ("--graded_tau=0.03",))])
-def test_a_contrastive_objective_learns_and_logs_its_temperature(loss, settings, tiny_synthetic, tmp_path, launch):
+def test_a_contrastive_objective_learns_and_logs_its_temperature(loss, settings, tiny_synthetic, tmp_path, launch,
+                                                                random_ranking_rsum):
     run_dir = tmp_path / loss
     done = launch(["--dataset=synthetic", f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", f"--loss={loss}",
                    "--relevance=truth", "--projector_samples=0", "--progress=false", "--export=false",
@@ -31,12 +32,13 @@ def test_a_contrastive_objective_learns_and_logs_its_temperature(loss, settings,
     scale = summary["history"][f"{loss}/logit_scale"]  # exp(t), the epoch means
     assert len(scale) == 6 and all(1.0 < value <= 100.0 for value in scale), scale
     assert scale[-1] != pytest.approx(1 / 0.07, rel=1e-3)  # it trained
-    # 12 test images with 5 captions each, after 6 epochs on 96 images: R@1 on 12 images moves by a query or two
-    # between runs of the same settings (8-25 here), so learning is judged on the loss and the mean ranks. At chance the
-    # mean rank of a caption query's image is (12 + 1) / 2 = 6.5, that of an image query's first caption among 60
-    # with 5 right ones (60 + 1) / (5 + 1) = 10.17; runs here gave 4.6-4.8 and 6.1-7.3 for InfoNCE (4 epochs); at 6 epochs, seed 0, InfoNCE 5.0 and 4.3, graded
-    # InfoNCE 4.7 and 7.4.
+    # 12 test images with 5 captions each, after 6 epochs on 96 images: the test split is too small to show learning
+    # beyond doubt (random rankings' rsum: mean 239, sd 32), so learning is judged on the training loss (every batch of
+    # every epoch) and the test rsum is asked only to beat the random mean by a standard deviation. On the project's
+    # 2-core machine (2026-11-29, seed 0): loss 16.4 -> 12.2 and 16.6 -> 12.2, test rsum 307 and 298.
     losses, test = summary["history"]["loss"], summary["test"]
-    shown = {key: round(test[key], 1) for key in ("i2t_R@1", "t2i_R@1", "i2t_meanr", "t2i_meanr")}
+    shown = {key: round(test[key], 1) for key in test if "_R@" in key and "IR" not in key}
     assert losses[-1] < 0.9 * losses[0], losses
-    assert test["t2i_meanr"] < 0.9 * 6.5 and test["i2t_meanr"] < 0.9 * 61 / 6, shown
+    chance_mean, chance_sd, _ = random_ranking_rsum(summary["dataset"]["splits"]["test"])
+    rsum = sum(test[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+    assert rsum > chance_mean + chance_sd, (rsum, chance_mean, chance_sd, shown)

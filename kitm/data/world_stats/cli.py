@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -40,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sentence-transformers model (local); default the bundled all-MiniLM-L6-v2")
     parser.add_argument("--json", default=None, help="also write the figures as JSON here")
     parser.add_argument("--plot", default=None, help="also draw the non-matching distributions into this PNG")
+    parser.add_argument("--examples_png", default=None,
+                        help="also draw the first --examples images of the first source with their captions here")
+    parser.add_argument("--examples", type=int, default=6)
     parser.add_argument("--check", action="store_true",
                         help="exit with status 1 when a source misses one of the calibration goals")
     return parser
@@ -88,7 +90,27 @@ def run(args) -> int:
         write_json_atomically(args.json, payload)
     if args.plot is not None:
         plot_distributions(stats, reference, args.plot)
+    if args.examples_png is not None:
+        _draw_examples(args)
     return 1 if args.check and missed else 0
+
+
+def _draw_examples(args) -> None:
+    from kitm.data.world_stats.report import plot_examples
+    from kitm.data.world_stats.sources import dataset_examples, world_examples
+
+    if args.data_dir:
+        images, groups = dataset_examples(args.data_dir[0], args.examples, args.split)
+        if images is None:
+            raise KitmError(f"--examples_png: {args.data_dir[0]} stores no pixels to draw.")
+        name = args.data_dir[0]
+    else:
+        world = [w for w in args.world.split(",") if w][0]
+        images, groups = world_examples(world, args.examples, num_scenes=args.num_scenes, seed=args.seed,
+                                        image_size=args.image_size, caption_style=args.caption_style,
+                                        split=args.split)
+        name = f"the {world} world (seed {args.seed}, {args.split} split)"
+    plot_examples(images, groups, args.examples_png, title=f"The first {len(images)} images of {name}")
 
 
 def main(argv=None) -> None:

@@ -64,10 +64,9 @@ def plot_distributions(sources: Sequence[CaptionStats], reference: CaptionStats 
     figure, axis = plt.subplots(figsize=(7.5, 3.6))
     bins = np.linspace(-0.3, 1.0, 66)
     for stats in columns:
-        axis.hist(stats.non_matching_values, bins=bins, density=True, histtype="step", linewidth=1.6,
-                  label=f"{stats.name}: non-matching (mean {stats.non_matching['mean']:.2f})")
-    for stats in columns:
-        axis.axvline(stats.matching["mean"], linestyle=":", color="grey")
+        _, _, patches = axis.hist(stats.non_matching_values, bins=bins, density=True, histtype="step", linewidth=1.6,
+                                  label=f"{stats.name}: non-matching (mean {stats.non_matching['mean']:.2f})")
+        axis.axvline(stats.matching["mean"], linestyle=":", color=patches[0].get_edgecolor())
     axis.set_xlabel("cosine of sentence embeddings (all-MiniLM-L6-v2), first caption vs another image's second")
     axis.set_ylabel("density")
     axis.set_title("Relevance of non-matching caption pairs (dotted: each source's matching mean)", fontsize=9)
@@ -75,4 +74,30 @@ def plot_distributions(sources: Sequence[CaptionStats], reference: CaptionStats 
     figure.tight_layout()
     with atomic_path(path) as tmp:
         figure.savefig(tmp, dpi=110, format="png")
+    plt.close(figure)
+
+
+def plot_examples(images: np.ndarray, groups: Sequence[Sequence[str]], path: str | os.PathLike,
+                  title: str = "") -> None:
+    """A few images, each beside its captions, in one PNG at ``path`` (the look of a world at a glance)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kitm.files import atomic_path
+
+    rows = len(images)
+    figure, axes = plt.subplots(rows, 2, figsize=(10, 1.45 * rows), gridspec_kw={"width_ratios": [1, 5.5]})
+    axes = np.asarray(axes).reshape(rows, 2)
+    for row, (image, captions) in enumerate(zip(images, groups)):
+        axes[row, 0].imshow(image, interpolation="nearest")
+        axes[row, 1].text(0.0, 0.5, "\n".join(captions), va="center", ha="left", fontsize=8.5, wrap=True)
+        for axis in axes[row]:
+            axis.set_axis_off()
+    if title:
+        figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=100, format="png")
     plt.close(figure)

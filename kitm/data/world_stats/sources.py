@@ -45,6 +45,38 @@ def world_groups(world: str, *, num_scenes: int = 3000, seed: int = 0, image_siz
     return [generated.captions[i] for i in generated.split_indices(split)]
 
 
+def world_examples(world: str, count: int, *, num_scenes: int = 3000, seed: int = 0, image_size: int = 64,
+                   caption_style: str = "literal", split: str = "test") -> tuple[np.ndarray, list[list[str]]]:
+    """The first ``count`` images of ``split`` of a synthetic world and their captions (rendered: for a picture)."""
+    from kitm.data.synthetic import generate_world
+
+    generated = generate_world(num_scenes, seed=seed, image_size=image_size, caption_style=caption_style,
+                               world=world)
+    chosen = generated.split_indices(split)[:count]
+    return generated.images[chosen], [generated.captions[i] for i in chosen]
+
+
+def dataset_examples(data_dir: str | os.PathLike, count: int, split: str = "test"
+                     ) -> tuple[np.ndarray | None, list[list[str]]]:
+    """The first ``count`` records of a built dataset's ``split``: decoded images (None for a dataset without
+    pixels) and their captions."""
+    import tensorflow as tf
+
+    from kitm.data import schema
+    from kitm.data.records import read_records
+
+    info = schema.load_info(data_dir)
+    spec = {"captions": tf.io.FixedLenFeature([info.captions_per_image], tf.string)}
+    if info.image_mode == "encoded":
+        spec["image/encoded"] = tf.io.FixedLenFeature([], tf.string)
+    parse = tf.autograph.experimental.do_not_convert(lambda path, record: tf.io.parse_single_example(record, spec))
+    records = list(read_records(info.shard_paths(data_dir, split), deterministic=True).map(parse).take(count))
+    groups = [[c.decode("utf-8") for c in record["captions"].numpy()] for record in records]
+    if info.image_mode != "encoded":
+        return None, groups
+    return np.stack([tf.io.decode_image(record["image/encoded"], channels=3).numpy() for record in records]), groups
+
+
 def _flickr8k_groups(folder: pathlib.Path, split: str) -> list[list[str]]:
     from kitm.data.flickr8k import SPLIT_FILES, TOKEN_FILE, read_token_file
 
