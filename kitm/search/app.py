@@ -15,11 +15,15 @@
 The page opens on a query with `/?q=a+red+circle&k=20` (filled in and searched).
 
 Errors answer {"error": "<message>"} with a 4xx status (an empty or over-long query, a non-image upload, too large
-a body, an unknown image) and the server goes on serving; bodies are read up to a bound, never whole first.
+a body, an unknown image) and the server goes on serving; bodies are read up to a bound, never whole first. Under
+overload (more than `--max_in_flight` requests at once) a request is answered at once with 503, the same JSON error
+and a `Retry-After` header; a body slower than `--body_timeout_s` gets 408, and a connection whose headers are not
+in within `--header_timeout_s` is closed (`kitm.search.settings`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import pathlib
@@ -30,22 +34,60 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from kitm.search.engine import MAX_QUERY_CHARS, MAX_UPLOAD_BYTES, QueryError, Searcher
+from kitm.search.settings import ServingSettings
 
 STATIC = pathlib.Path(__file__).resolve().with_name("static")
 _MAX_JSON_BYTES = 4 * MAX_QUERY_CHARS + 200_000
 
 
-async def _bounded_body(request, limit: int, what: str) -> bytes:
+async def _bounded_body(request, limit: int, what: str, seconds: float) -> bytes:
+    """The request's body, refused (413) past `limit` bytes and (408) when it is not in within `seconds`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise QueryError(f"The {what} is {int(declared):,} bytes; at most {limit:,} are accepted.", 413)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise QueryError(f"The {what} is more than {limit:,} bytes; at most {limit:,} are accepted.", 413)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise QueryError(f"The {what} is more than {limit:,} bytes; at most {limit:,} are accepted.", 413)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise QueryError(f"The {what} did not arrive within {seconds:g} s ({size:,} bytes came).", 408) from None
     return b"".join(chunks)
+
+
+class InFlightLimit:
+    """ASGI middleware: at most `settings.max_in_flight` requests in the app at once; the next ones are answered at
+    once with 503, the API's JSON error and `Retry-After` (uvicorn's own limit answers plain text and counts idle
+    connections too, so a crowd of slow clients would turn everyone away)."""
+
+    def __init__(self, app, settings: ServingSettings):
+        self.app = app
+        self.settings = settings
+        self.in_flight = 0
+        self.refused = 0
+        message = (f"The server is busy: {settings.max_in_flight} requests are being answered. Retry after "
+                   f"{settings.retry_after_s} s.")
+        self._body = json.dumps({"error": message}).encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.in_flight >= self.settings.max_in_flight:
+            self.refused += 1
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(self._body)).encode()),
+                                    (b"retry-after", str(self.settings.retry_after_s).encode())]})
+            await send({"type": "http.response.body", "body": self._body})
+            return None
+        self.in_flight += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
 
 def _routes_page() -> str:
@@ -67,6 +109,8 @@ def create_app(searcher: Searcher):
     # and the package ships no copy to serve: /api/docs is this module's table of routes instead, served from here.
     app = FastAPI(title="kitm search", docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    settings = searcher.settings
+    app.add_middleware(InFlightLimit, settings=settings)
 
     @app.exception_handler(QueryError)
     async def query_error(request: Request, error: QueryError):
@@ -90,7 +134,7 @@ def create_app(searcher: Searcher):
 
     @app.post("/api/search/text")
     async def search_text_post(request: Request):
-        body = await _bounded_body(request, _MAX_JSON_BYTES, "request body")
+        body = await _bounded_body(request, _MAX_JSON_BYTES, "request body", settings.body_timeout_s)
         try:
             payload = json.loads(body or b"{}")
         except ValueError:  # not JSON, not UTF-8, or an integer of more than 4,300 digits (Python's bound)
@@ -105,7 +149,7 @@ def create_app(searcher: Searcher):
 
     @app.post("/api/search/image")
     async def search_image_post(request: Request, k: str = "10"):
-        data = await _bounded_body(request, MAX_UPLOAD_BYTES, "image")
+        data = await _bounded_body(request, MAX_UPLOAD_BYTES, "image", settings.body_timeout_s)
         return await run_in_threadpool(searcher.search_image_bytes, data, k)
 
     @app.get("/api/search/image/{position}")
@@ -120,12 +164,58 @@ def create_app(searcher: Searcher):
     return app
 
 
+def header_timeout_protocol(base: type, seconds: float) -> type:
+    """uvicorn's HTTP protocol `base`, closing a connection whose next request's line and headers are not in within
+    `seconds` of its opening or of its last response (a client trickling its headers byte by byte holds a
+    connection, and uvicorn waits for headers without a bound). A request being answered is left alone: its body
+    has `--body_timeout_s`."""
+
+    class HeaderTimeoutProtocol(base):
+        _header_timer = None
+
+        def _arm_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._header_timer = self.loop.call_later(seconds, self._headers_too_slow)
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            cycle = getattr(self, "cycle", None)
+            if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_header_timer()
+
+        def connection_lost(self, exc):
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol
+
+
 def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning",
           sock=None) -> None:
     """Serve the app with uvicorn until interrupted; on `sock` (bound and listening) where given, else on
-    `host`:`port`."""
+    `host`:`port`. httptools parses HTTP where installed (uvicorn's choice), else h11."""
     import uvicorn
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
 
+    try:
+        import httptools  # noqa: F401
+
+        base = import_from_string(HTTP_PROTOCOLS["httptools"])
+    except ImportError:
+        base = import_from_string(HTTP_PROTOCOLS["h11"])
     config = uvicorn.Config(create_app(searcher), host=host, port=port, log_level=log_level,
-                            limit_concurrency=64, timeout_keep_alive=5)
+                            http=header_timeout_protocol(base, searcher.settings.header_timeout_s),
+                            timeout_keep_alive=5, backlog=2048)
     uvicorn.Server(config).run(sockets=None if sock is None else [sock])

@@ -13,12 +13,14 @@ Bad input ends with one line ``kitm.search: error: ...`` on stderr and exit stat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import socket
 import sys
 from collections.abc import Sequence
 
 from kitm.errors import CliError, OneLineArgumentParser
+from kitm.search.settings import ServingSettings
 from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 PROG = "kitm.search"
@@ -39,7 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
                                              "(default: the path the index recorded). Another model is refused.")
     parser.add_argument("--log_level", default="warning", choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default warning).")
+    for field in dataclasses.fields(ServingSettings):  # one flag per serving setting, declared there
+        parser.add_argument(f"--{field.name}", type={"int": int, "float": float}[str(field.type)],
+                            default=field.default, help=f"{field.metadata['help']} (default {field.default}).")
     return parser
+
+
+def serving_settings(args: argparse.Namespace) -> ServingSettings:
+    """The serving settings the flags give; CliError naming the flag that is out of its range."""
+    try:
+        values = {field.name: getattr(args, field.name) for field in dataclasses.fields(ServingSettings)}
+        return ServingSettings(**values)
+    except ValueError as error:
+        raise CliError(str(error)) from None
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -74,9 +88,10 @@ def _run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535; got {args.port}.")
     # The port first: a taken one is said in one line, before the model loads and before "serving".
+    settings = serving_settings(args)
     sock = listening_socket(args.host, args.port)
     try:
-        searcher = Searcher.open(args.index, args.export_dir)
+        searcher = Searcher.open(args.index, args.export_dir, settings)
         info = searcher.info()
         print(f"kitm.search: {args.index}: {info['num_images']} images, {info['num_captions']} captions; "
               f"serving on http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)

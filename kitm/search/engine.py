@@ -20,7 +20,9 @@ import numpy as np
 
 from kitm.errors import KitmDataError, KitmError
 from kitm.index.sources import MAX_IMAGE_PIXELS
+from kitm.search.batching import QueryBatcher
 from kitm.search.relevance import image_query_relevance, normalized, text_query_relevance
+from kitm.search.settings import ServingSettings
 
 MAX_QUERY_CHARS = 1000
 MAX_RESULTS = 100
@@ -40,7 +42,8 @@ class QueryError(KitmError, ValueError):
 
 @dataclasses.dataclass
 class Searcher:
-    """An index and its model, ready to answer queries (thread-safe: one query runs the model at a time)."""
+    """An index and its model, ready to answer queries (thread-safe). Queries reach the model and faiss through
+    dynamic batchers (`kitm.search.batching`): those that arrive together are encoded and searched in one call."""
 
     index: object
     model: object
@@ -51,9 +54,13 @@ class Searcher:
     _caption_rows: dict = dataclasses.field(default_factory=dict)
     _digests: dict = dataclasses.field(default_factory=dict)
     vocabulary: frozenset | None = None
+    settings: ServingSettings = dataclasses.field(default_factory=ServingSettings)
+    _batchers: dict = dataclasses.field(default_factory=dict)
+    _image_embeddings: np.ndarray | None = None
 
     @classmethod
-    def open(cls, index_dir: str | os.PathLike, export_dir: str | os.PathLike | None = None) -> Searcher:
+    def open(cls, index_dir: str | os.PathLike, export_dir: str | os.PathLike | None = None,
+             settings: ServingSettings | None = None) -> Searcher:
         """Load the index at `index_dir` and its SavedModel (`export_dir`: another copy of the same model)."""
         from kitm.index import load_index
         from kitm.index.model import load_model, model_fingerprint
@@ -74,7 +81,8 @@ class Searcher:
         from kitm.index.model import model_vocabulary
 
         model = load_model(export_dir)
-        searcher = cls(index=index, model=model, export_dir=export_dir, vocabulary=model_vocabulary(model))
+        searcher = cls(index=index, model=model, export_dir=export_dir, vocabulary=model_vocabulary(model),
+                       settings=settings or ServingSettings())
         probe = searcher._embed_text("a")
         if probe.shape[-1] != index.embedding_dim:
             raise KitmDataError(f"The SavedModel at {export_dir} embeds into {probe.shape[-1]} dimensions but the "
@@ -85,30 +93,63 @@ class Searcher:
         searcher._digests = {image["sha256"]: position for position, image in enumerate(index.images)}
         return searcher
 
-    # --- the model -------------------------------------------------------------------------------------------------
-    def _embed_text(self, text: str) -> np.ndarray:
-        from kitm.index.model import embed_texts
-
+    # --- the model and faiss, batched ------------------------------------------------------------------------------
+    def _batcher(self, kind: str) -> QueryBatcher:
+        """The batcher of one kind of query ("text", "image", "search"), started on first use."""
         with self._lock:
-            return embed_texts(self.model, [text])[0]
+            if kind not in self._batchers:
+                work = {"text": self._text_batch, "image": self._image_batch, "search": self._search_batch}[kind]
+                self._batchers[kind] = QueryBatcher(work, self.settings, name=kind)
+            return self._batchers[kind]
 
-    def _embed_image(self, data: bytes) -> np.ndarray:
+    def _text_batch(self, items: list[tuple[str, int]]) -> list[tuple]:
+        """(embedding, words, image positions, scores) of each (caption, k): one model call, one faiss search a k."""
+        from kitm.index.model import embed_texts, queries_words
+
+        texts = [text for text, _ in items]
+        vectors = embed_texts(self.model, texts)
+        words = queries_words(texts) if self.vocabulary is not None else [None] * len(texts)
+        found = self._search_by_k(self.index.image_index, vectors, [k for _, k in items])
+        return [(vector, row_words, *hits) for vector, row_words, hits in zip(vectors, words, found)]
+
+    def _image_batch(self, images: list[bytes]) -> np.ndarray:
         from kitm.index.model import embed_images
 
-        with self._lock:
-            return embed_images(self.model, [data])[0]
+        return embed_images(self.model, images)
+
+    def _search_batch(self, items: list[tuple[np.ndarray, int]]) -> list[tuple]:
+        """(caption rows, their scores, image positions, their scores) of each (image embedding, k)."""
+        vectors = np.stack([vector for vector, _ in items]).astype(np.float32)
+        ks = [k for _, k in items]
+        images = self._search_by_k(self.index.image_index, vectors, ks)
+        captions = (self._search_by_k(self.index.caption_index, vectors, ks) if self.index.captions
+                    else [(np.zeros(0, np.int64), np.zeros(0, np.float32))] * len(items))
+        return [(*caption_hits, *image_hits) for caption_hits, image_hits in zip(captions, images)]
+
+    def _embed_text(self, text: str) -> np.ndarray:
+        return self._batcher("text")((text, 1))[0]
+
+    def _embed_image(self, data: bytes) -> np.ndarray:
+        return self._batcher("image")(data)
 
     @staticmethod
-    def _search(faiss_index, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search_by_k(faiss_index, vectors: np.ndarray, ks: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The nearest `k` of each row of `vectors`: one faiss search for the rows of each distinct k (an
+        approximate index's answer may depend on k, so a row is never searched with another k than its own)."""
         import faiss
 
-        # One OpenMP thread for one query (kitm.index.vectors). OpenMP's setting is per thread, and the app searches
-        # from a pool of worker threads, so it is set where the search runs: left at the default, a worker's query
-        # over 10,000 images took 60 ms instead of 8 on a loaded 2-core machine (its threads waiting on each other).
+        # One OpenMP thread: the batcher's thread searches while the server's other threads answer; left at the
+        # default, a query over 10,000 images took 60 ms instead of 8 on a loaded 2-core machine (threads waiting).
         faiss.omp_set_num_threads(1)
-        scores, found = faiss_index.search(np.ascontiguousarray(vector[None], np.float32), min(k, faiss_index.ntotal))
-        keep = found[0] >= 0
-        return found[0][keep].astype(np.int64), scores[0][keep]
+        vectors = np.ascontiguousarray(vectors, np.float32)
+        answers: list = [None] * len(ks)
+        for k in sorted(set(ks)):
+            rows = [row for row, row_k in enumerate(ks) if row_k == k]
+            scores, found = faiss_index.search(vectors[rows], min(k, faiss_index.ntotal))
+            for at, row in enumerate(rows):
+                keep = found[at] >= 0
+                answers[row] = (found[at][keep].astype(np.int64), scores[at][keep])
+        return answers
 
     # --- checks ----------------------------------------------------------------------------------------------------
     @staticmethod
@@ -149,9 +190,8 @@ class Searcher:
         """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
         started = time.perf_counter()
         query, k = self.check_query(query), self.check_k(k)
-        words = self.query_words(query)
-        vector = self._embed_text(query)
-        positions, scores = self._search(self.index.image_index, vector, k)
+        _, query_words, positions, scores = self._batcher("text")((query, k))
+        words = self.words_report(query_words)
         matched = self._caption_rows.get(normalized(query))
         graded = text_query_relevance(self.index, query, matched, positions)
         results = [{"rank": rank + 1, "score": float(score), **self.image_result(position),
@@ -165,17 +205,20 @@ class Searcher:
                 "seconds": round(time.perf_counter() - started, 4)}
 
     def query_words(self, query: str) -> dict:
-        """{"num_words", "unknown_words", "warning"}: how many words the model reads in the query, those its
-        vocabulary lacks, and a warning when some are unknown (None: all are known, or the model's vocabulary is not
-        known).
+        """`words_report` of the words the model reads in `query`."""
+        from kitm.index.model import query_words
+
+        return self.words_report(None if self.vocabulary is None else query_words(query))
+
+    def words_report(self, words: list[str] | None) -> dict:
+        """{"num_words", "unknown_words", "warning"}: how many words the model reads in a query (`words`, as its
+        tokenizer splits them), those its vocabulary lacks, and a warning when some are unknown (None: all are
+        known, or the model's vocabulary is not known).
 
         A query of words the model never saw (emoji, "!!!", a zero-width space, another script) is embedded as an
         empty caption and still gets scores as high as a real one's: the page says so instead of looking sure."""
-        from kitm.index.model import query_words
-
-        if self.vocabulary is None:
+        if self.vocabulary is None or words is None:
             return {"num_words": None, "unknown_words": None, "warning": None}
-        words = query_words(query)
         unknown = [word for word in words if word not in self.vocabulary]
         size = f"{len(self.vocabulary):,} words from its training captions"
         if not words:
@@ -221,22 +264,23 @@ class Searcher:
         if not 0 <= position < self.index.num_images:
             raise QueryError(f"No image {position} in the index: it holds images 0 to {self.index.num_images - 1}.",
                              404)
-        vector = np.load(self.index.root / "image_embeddings.npy", mmap_mode="r")[position]
+        if self._image_embeddings is None:  # mapped once: opening the file per query cost 1.5 ms of a 6 ms answer
+            self._image_embeddings = np.load(self.index.root / "image_embeddings.npy", mmap_mode="r")
+        vector = self._image_embeddings[position]
         return self._search_image(np.array(vector, np.float32), position, k)
 
     def _search_image(self, vector: np.ndarray, position: int | None, k: int) -> dict:
         started = time.perf_counter()
         captions = []
         graded = None
+        rows, caption_scores, positions, scores = self._batcher("search")((vector, k))
         if self.index.captions:
-            rows, scores = self._search(self.index.caption_index, vector, k)
             graded = image_query_relevance(self.index, position, rows)
             captions = [{"rank": rank + 1, "score": float(score), "caption": int(row),
                          "text": self.index.captions[int(row)]["text"],
                          "image": int(self.index.captions[int(row)]["image"]),
                          "relevance": graded.values[rank], "annotated": graded.annotated[rank]}
-                        for rank, (row, score) in enumerate(zip(rows, scores))]
-        positions, scores = self._search(self.index.image_index, vector, k)
+                        for rank, (row, score) in enumerate(zip(rows, caption_scores))]
         images = [{"rank": rank + 1, "score": float(score), **self.image_result(p)}
                   for rank, (p, score) in enumerate(zip(positions, scores))]
         return {"k": k, "query_image": None if position is None else self.image_result(position),
@@ -261,4 +305,7 @@ class Searcher:
                 "model": {"export_dir": str(self.export_dir), "embedding_dim": manifest["model"]["embedding_dim"]},
                 "images_index": manifest["images_index"], "captions_index": manifest["captions_index"],
                 "limits": {"max_query_chars": MAX_QUERY_CHARS, "max_results": MAX_RESULTS,
-                           "max_upload_bytes": MAX_UPLOAD_BYTES, "max_image_pixels": MAX_IMAGE_PIXELS}}
+                           "max_upload_bytes": MAX_UPLOAD_BYTES, "max_image_pixels": MAX_IMAGE_PIXELS,
+                           "max_decodes_in_flight": MAX_DECODES_IN_FLIGHT},
+                "serving": self.settings.as_dict(),
+                "batching": {kind: batcher.statistics() for kind, batcher in sorted(self._batchers.items())}}

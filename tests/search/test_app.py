@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 import zlib
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -258,3 +259,44 @@ def test_an_index_is_refused_with_another_model(tiny_search_index, other_search_
     assert line.startswith("kitm.search: error: The index at") and "Rebuild the index with this model" in line
     assert main([f"--index={tiny_search_index.parent / 'missing'}"]) == 2
     assert "No index at" in capsys.readouterr().err
+
+
+def test_batched_queries_get_the_answers_of_queries_asked_alone(tiny_search_index):
+    """Dynamic batching changes nothing in an answer: 24 text queries and 12 indexed-image queries asked at once
+    from 36 threads (a 50 ms window, so they gather) against the same queries one at a time with batches of 1."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kitm.search import Searcher
+    from kitm.search.settings import ServingSettings
+
+    alone = Searcher.open(tiny_search_index, settings=ServingSettings(batch_window_ms=0.0, max_batch=1))
+    batched = Searcher.open(tiny_search_index, settings=ServingSettings(batch_window_ms=50.0, max_batch=64))
+    captions = [caption["text"] for caption in alone.index.captions[:20]] + ["a red", "circle", "blue square left", "!!"]
+    asks = [("text", caption, 1 + i % 7) for i, caption in enumerate(captions)]
+    asks += [("image", position % alone.index.num_images, 3 + position % 5) for position in range(12)]
+
+    def answer(searcher, ask):
+        kind, query, k = ask
+        found = searcher.search_text(query, k) if kind == "text" else searcher.search_indexed_image(query, k)
+        found.pop("seconds")
+        return found
+
+    with ThreadPoolExecutor(len(asks)) as pool:
+        together = list(pool.map(lambda ask: answer(batched, ask), asks))
+    one_by_one = [answer(alone, ask) for ask in asks]
+    for ask, got, expected in zip(asks, together, one_by_one):
+        scores = [r["score"] for r in got.get("results", got.get("captions", []))]
+        wanted = [r["score"] for r in expected.get("results", expected.get("captions", []))]
+        np.testing.assert_allclose(scores, wanted, atol=1e-6, err_msg=str(ask))
+        assert _without_scores(got) == _without_scores(expected), ask  # all but the scores' last bits: equal
+    statistics = batched.info()["batching"]
+    assert statistics["text"]["largest_batch"] > 1 and statistics["search"]["largest_batch"] > 1, statistics
+    assert batched.info()["serving"]["batch_window_ms"] == 50.0
+
+
+def _without_scores(answer):
+    if isinstance(answer, dict):
+        return {key: _without_scores(value) for key, value in answer.items() if key != "score"}
+    if isinstance(answer, list):
+        return [_without_scores(value) for value in answer]
+    return answer
