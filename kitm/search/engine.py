@@ -21,7 +21,7 @@ import numpy as np
 from kitm.errors import KitmDataError, KitmError
 from kitm.index.sources import MAX_IMAGE_PIXELS
 from kitm.search.batching import QueryBatcher
-from kitm.search.relevance import image_query_relevance, normalized, text_query_relevance
+from kitm.search.relevance import image_queries_relevance, normalized, text_queries_relevance
 from kitm.search.settings import ServingSettings
 
 MAX_QUERY_CHARS = 1000
@@ -103,28 +103,38 @@ class Searcher:
             return self._batchers[kind]
 
     def _text_batch(self, items: list[tuple[str, int]]) -> list[tuple]:
-        """(embedding, words, image positions, scores) of each (caption, k): one model call, one faiss search a k."""
+        """(embedding, words, image positions, scores, graded relevance) of each (caption, k): one model call, one
+        faiss search a k, one relevance matrix for the batch."""
         from kitm.index.model import embed_texts, queries_words
 
         texts = [text for text, _ in items]
         vectors = embed_texts(self.model, texts)
         words = queries_words(texts) if self.vocabulary is not None else [None] * len(texts)
         found = self._search_by_k(self.index.image_index, vectors, [k for _, k in items])
-        return [(vector, row_words, *hits) for vector, row_words, hits in zip(vectors, words, found)]
+        matched = [self._caption_rows.get(normalized(text)) for text in texts]
+        graded = text_queries_relevance(self.index, texts, matched, [positions for positions, _ in found])
+        return [(vector, row_words, positions, scores, row_graded, row_matched) for vector, row_words,
+                (positions, scores), row_graded, row_matched in zip(vectors, words, found, graded, matched)]
 
     def _image_batch(self, images: list[bytes]) -> np.ndarray:
         from kitm.index.model import embed_images
 
         return embed_images(self.model, images)
 
-    def _search_batch(self, items: list[tuple[np.ndarray, int]]) -> list[tuple]:
-        """(caption rows, their scores, image positions, their scores) of each (image embedding, k)."""
-        vectors = np.stack([vector for vector, _ in items]).astype(np.float32)
-        ks = [k for _, k in items]
+    def _search_batch(self, items: list[tuple[np.ndarray, int, int | None]]) -> list[tuple]:
+        """(caption rows, their scores, their graded relevance, image positions, their scores) of each (image
+        embedding, k, the image's position in the index or None)."""
+        vectors = np.stack([vector for vector, _, _ in items]).astype(np.float32)
+        ks = [k for _, k, _ in items]
         images = self._search_by_k(self.index.image_index, vectors, ks)
-        captions = (self._search_by_k(self.index.caption_index, vectors, ks) if self.index.captions
-                    else [(np.zeros(0, np.int64), np.zeros(0, np.float32))] * len(items))
-        return [(*caption_hits, *image_hits) for caption_hits, image_hits in zip(captions, images)]
+        if not self.index.captions:
+            empty = (np.zeros(0, np.int64), np.zeros(0, np.float32), None)
+            return [(*empty, *image_hits) for image_hits in images]
+        captions = self._search_by_k(self.index.caption_index, vectors, ks)
+        graded = image_queries_relevance(self.index, [position for _, _, position in items],
+                                         [rows for rows, _ in captions])
+        return [(rows, scores, row_graded, *image_hits)
+                for (rows, scores), row_graded, image_hits in zip(captions, graded, images)]
 
     def _embed_text(self, text: str) -> np.ndarray:
         return self._batcher("text")((text, 1))[0]
@@ -190,10 +200,8 @@ class Searcher:
         """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
         started = time.perf_counter()
         query, k = self.check_query(query), self.check_k(k)
-        _, query_words, positions, scores = self._batcher("text")((query, k))
+        _, query_words, positions, scores, graded, matched = self._batcher("text")((query, k))
         words = self.words_report(query_words)
-        matched = self._caption_rows.get(normalized(query))
-        graded = text_query_relevance(self.index, query, matched, positions)
         results = [{"rank": rank + 1, "score": float(score), **self.image_result(position),
                     "relevance": graded.values[rank], "annotated": graded.annotated[rank]}
                    for rank, (position, score) in enumerate(zip(positions, scores))]
@@ -271,11 +279,9 @@ class Searcher:
 
     def _search_image(self, vector: np.ndarray, position: int | None, k: int) -> dict:
         started = time.perf_counter()
+        rows, caption_scores, graded, positions, scores = self._batcher("search")((vector, k, position))
         captions = []
-        graded = None
-        rows, caption_scores, positions, scores = self._batcher("search")((vector, k))
-        if self.index.captions:
-            graded = image_query_relevance(self.index, position, rows)
+        if graded is not None:
             captions = [{"rank": rank + 1, "score": float(score), "caption": int(row),
                          "text": self.index.captions[int(row)]["text"],
                          "image": int(self.index.captions[int(row)]["image"]),

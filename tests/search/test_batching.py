@@ -104,9 +104,10 @@ def test_overload_is_answered_in_json_with_retry_after():
     assert [answer[0]["status"] for answer in served] == [200, 200] and limit.refused == 1 and limit.in_flight == 0
 
 
-@pytest.fixture
-def small_server():
-    """A tiny app behind kitm's uvicorn protocol with a 1 s header timeout, on a free port, in a thread."""
+@pytest.fixture(params=["h11", "httptools"])
+def small_server(request):
+    """A tiny app behind kitm's uvicorn protocol (on each HTTP parser uvicorn has: h11, and httptools, which the
+    server takes where installed) with a 1 s header timeout, on a free port, in a thread."""
     import uvicorn
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
@@ -123,7 +124,9 @@ def small_server():
     sock.bind(("127.0.0.1", 0))
     sock.listen(512)
     port = sock.getsockname()[1]
-    protocol = header_timeout_protocol(import_from_string(HTTP_PROTOCOLS["h11"]), 1.0)
+    if request.param == "httptools":
+        pytest.importorskip("httptools")
+    protocol = header_timeout_protocol(import_from_string(HTTP_PROTOCOLS[request.param]), 1.0)
     server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="error", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
