@@ -15,8 +15,8 @@ class ServingSettings:
     """How queries are batched and how much the server takes on at once."""
 
     batch_window_ms: float = _setting(
-        1.0, "how long a query waits for others to be encoded with it, in milliseconds (those already waiting are "
-             "taken at once)", 0.0, 1000.0)
+        0.0, "how long a query waits for others to be encoded with it, in milliseconds; 0: a batch is what waits "
+             "when the model is free (under load the queries that arrive during a call)", 0.0, 1000.0)
     max_batch: int = _setting(64, "at most this many queries a model call", 1, 4096)
     max_in_flight: int = _setting(
         256, "requests answered at once; more are refused at once with 503, a JSON error and Retry-After", 1, 100_000)
