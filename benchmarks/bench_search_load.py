@@ -110,8 +110,9 @@ class _Client:
 
 
 async def _load(port: int, clients: int, seconds: float, warmup: float, queries: list[str], num_images: int,
-                text_share: float, k: int, seed: int) -> dict:
+                text_share: float, k: int, seed: int, server_pid: int | None = None) -> dict:
     latencies: list[float] = []
+    rss_at_start: list[float] = []
     statuses: dict[int, int] = {}
     measuring_from = time.perf_counter() + warmup
     stop_at = measuring_from + seconds
@@ -133,13 +134,19 @@ async def _load(port: int, clients: int, seconds: float, warmup: float, queries:
                 await asyncio.sleep(0.05)  # a refused client backs off a little (Retry-After says 1 s)
         client.close()
 
-    await asyncio.gather(*(one(number) for number in range(clients)))
+    async def measure_memory():
+        await asyncio.sleep(max(0.0, measuring_from - time.perf_counter()))
+        if server_pid is not None:
+            rss_at_start.append(_rss_mb(server_pid))  # after the warm-up: the model's first calls have allocated
+
+    await asyncio.gather(measure_memory(), *(one(number) for number in range(clients)))
     served = statuses.get(200, 0)
     ms = np.asarray(latencies) * 1000 if latencies else np.zeros(1)
     return {"clients": clients, "seconds": seconds, "requests": len(latencies), "requests_per_s": len(latencies) / seconds,
             "served_per_s": served / seconds, "p50_ms": float(np.percentile(ms, 50)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
-            "statuses": {str(key): value for key, value in sorted(statuses.items())}}
+            "statuses": {str(key): value for key, value in sorted(statuses.items())},
+            "rss_at_start_mb": rss_at_start[0] if rss_at_start else None}
 
 
 def _start_server(index: str, port: int, flags: list[str], log) -> subprocess.Popen:
@@ -187,7 +194,7 @@ def main(argv=None) -> int:
     rows = []
     print(f"kitm.search under load: {args.index} ({num_images:,} images), {args.text_share:.0%} text queries, "
           f"k={args.k}; load average {os.getloadavg()[0]:.2f}", flush=True)
-    print("| mode | clients | requests/s | served/s | p50 ms | p99 ms | max ms | statuses | RSS before -> after MB "
+    print("| mode | clients | requests/s | served/s | p50 ms | p99 ms | max ms | statuses | RSS after warm-up -> end MB "
           "| mean batch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
@@ -199,7 +206,7 @@ def main(argv=None) -> int:
                 for clients in (int(c) for c in args.clients.split(",")):
                     before, calls_before = _rss_mb(server.pid), _info(port).get("batching", {}).get("text", {})
                     row = asyncio.run(_load(port, clients, args.seconds, args.warmup, queries, num_images,
-                                            args.text_share, args.k, args.seed))
+                                            args.text_share, args.k, args.seed, server.pid))
                     text = _info(port).get("batching", {}).get("text", {})
                     calls = text.get("calls", 0) - calls_before.get("calls", 0)
                     queries_done = text.get("queries", 0) - calls_before.get("queries", 0)
@@ -209,7 +216,7 @@ def main(argv=None) -> int:
                     statuses = ", ".join(f"{key}: {value}" for key, value in row["statuses"].items())
                     print(f"| {mode} | {clients} | {row['requests_per_s']:.0f} | {row['served_per_s']:.0f} | "
                           f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['max_ms']:.0f} | {statuses} | "
-                          f"{before:.0f} -> {row['rss_after_mb']:.0f} | {row['mean_text_batch']} |", flush=True)
+                          f"{row['rss_at_start_mb']:.0f} -> {row['rss_after_mb']:.0f} | {row['mean_text_batch']} |", flush=True)
             finally:
                 server.terminate()
                 try:
