@@ -142,7 +142,8 @@ async def _load(port: int, clients: int, seconds: float, warmup: float, queries:
     await asyncio.gather(measure_memory(), *(one(number) for number in range(clients)))
     served = statuses.get(200, 0)
     ms = np.asarray(latencies) * 1000 if latencies else np.zeros(1)
-    return {"clients": clients, "seconds": seconds, "requests": len(latencies), "requests_per_s": len(latencies) / seconds,
+    return {"clients": clients, "seconds": seconds, "requests": len(latencies),
+            "requests_per_s": len(latencies) / seconds,
             "served_per_s": served / seconds, "p50_ms": float(np.percentile(ms, 50)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
             "statuses": {str(key): value for key, value in sorted(statuses.items())},
@@ -194,8 +195,8 @@ def main(argv=None) -> int:
     rows = []
     print(f"kitm.search under load: {args.index} ({num_images:,} images), {args.text_share:.0%} text queries, "
           f"k={args.k}; load average {os.getloadavg()[0]:.2f}", flush=True)
-    print("| mode | clients | requests/s | served/s | p50 ms | p99 ms | max ms | statuses | RSS after warm-up -> end MB "
-          "| mean batch |")
+    print("| mode | clients | requests/s | served/s | p50 ms | p99 ms | max ms | statuses "
+          "| RSS after warm-up -> end MB | mean batch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         port = _free_port()
@@ -204,19 +205,20 @@ def main(argv=None) -> int:
             server = _start_server(args.index, port, MODES[mode] + args.server_flags.split(), log)
             try:
                 for clients in (int(c) for c in args.clients.split(",")):
-                    before, calls_before = _rss_mb(server.pid), _info(port).get("batching", {}).get("text", {})
+                    calls_before = _info(port).get("batching", {}).get("text", {})
                     row = asyncio.run(_load(port, clients, args.seconds, args.warmup, queries, num_images,
                                             args.text_share, args.k, args.seed, server.pid))
                     text = _info(port).get("batching", {}).get("text", {})
                     calls = text.get("calls", 0) - calls_before.get("calls", 0)
                     queries_done = text.get("queries", 0) - calls_before.get("queries", 0)
-                    row.update(mode=mode, rss_before_mb=before, rss_after_mb=_rss_mb(server.pid),
+                    row.update(mode=mode, rss_after_mb=_rss_mb(server.pid),
                                mean_text_batch=round(queries_done / calls, 2) if calls else None)
                     rows.append(row)
                     statuses = ", ".join(f"{key}: {value}" for key, value in row["statuses"].items())
                     print(f"| {mode} | {clients} | {row['requests_per_s']:.0f} | {row['served_per_s']:.0f} | "
                           f"{row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['max_ms']:.0f} | {statuses} | "
-                          f"{row['rss_at_start_mb']:.0f} -> {row['rss_after_mb']:.0f} | {row['mean_text_batch']} |", flush=True)
+                          f"{row['rss_at_start_mb']:.0f} -> {row['rss_after_mb']:.0f} | {row['mean_text_batch']} |",
+                          flush=True)
             finally:
                 server.terminate()
                 try:

@@ -107,10 +107,9 @@ def query_words(text: str) -> list[str]:
 def queries_words(texts: list[str]) -> list[list[str]]:
     """`query_words` of each of `texts`, in one call of the tokenizer's splitter (traced once: run eagerly, its
     dozen ops cost about 11 ms a call, more than encoding the query)."""
-    split = _traced_split_words()
     import tensorflow as tf
 
-    values, lengths = split(tf.constant(texts, tf.string))
+    values, lengths = _traced_split_words()(tf.constant(texts, tf.string))
     words = [word.decode("utf-8", "replace") for word in values.numpy()]
     ends = np.cumsum(lengths.numpy())
     return [words[end - length:end] for end, length in zip(ends, lengths.numpy())]

@@ -29,6 +29,7 @@ class Index:
       caption_index: faiss index over the captions, or None.
       scene_facts, caption_facts, image_size, world: the synthetic world's truth facts, or None.
       document_frequency: CIDEr-D's document frequencies over the captions, or None.
+      image_embeddings: the images' embeddings [N, D], memory-mapped (an indexed image's query vector).
     """
 
     root: pathlib.Path
@@ -43,6 +44,7 @@ class Index:
     world: str | None = None
     document_frequency: object = None
     thumbnail_offsets: np.ndarray | None = None
+    image_embeddings: np.ndarray | None = None
 
     @property
     def num_images(self) -> int:
@@ -131,7 +133,7 @@ def load_index(root: str | os.PathLike) -> Index:
     if num != manifest.get("num_images"):
         raise _damaged(root / "images.json", f"{num} images where manifest.json says {manifest.get('num_images')}",
                        root, manifest)
-    _array(root / "image_embeddings.npy", (num, dim), root, manifest)
+    image_embeddings = _array(root / "image_embeddings.npy", (num, dim), root, manifest)
     offsets = np.asarray(_array(root / "thumbnail_offsets.npy", (num + 1,), root, manifest))
     thumbnails = root / "thumbnails.bin"
     size = thumbnails.stat().st_size if thumbnails.is_file() else None
@@ -139,6 +141,7 @@ def load_index(root: str | os.PathLike) -> Index:
         raise _damaged(thumbnails, "missing" if size is None else
                        f"{size:,} bytes where thumbnail_offsets.npy ends at {int(offsets[-1]):,}", root, manifest)
     index = Index(root=root, manifest=manifest, images=images, thumbnail_offsets=offsets,
+                  image_embeddings=image_embeddings,
                   image_index=_faiss_index(root / "images.faiss", manifest["images_index"], root, manifest))
     if index.image_index.ntotal != num:
         raise _damaged(root / "images.faiss", f"{index.image_index.ntotal} vectors where images.json has {num} "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import importlib.util
 import json
 import pathlib
 
@@ -211,12 +212,8 @@ def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
-    try:
-        import httptools  # noqa: F401
-
-        base = import_from_string(HTTP_PROTOCOLS["httptools"])
-    except ImportError:
-        base = import_from_string(HTTP_PROTOCOLS["h11"])
+    parser = "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
+    base = import_from_string(HTTP_PROTOCOLS[parser])
     config = uvicorn.Config(create_app(searcher), host=host, port=port, log_level=log_level,
                             http=header_timeout_protocol(base, searcher.settings.header_timeout_s),
                             timeout_keep_alive=5, backlog=2048)

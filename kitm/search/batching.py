@@ -2,12 +2,13 @@
 
 A SavedModel call costs about the same for one caption as for dozens (the fixed cost of a TensorFlow function call,
 the tokenizer's and the GRU's launch, on a CPU a few milliseconds), so a server that encodes each request alone
-serves no more requests a second with fifty clients than with one. `QueryBatcher` runs one worker thread per kind of
-query: it takes the first waiting query, gathers the ones that arrive within `batch_window_ms` of it (at most `max_batch`
-in all; those already waiting are taken at once), encodes them in one call and hands each caller its own row, as
-TensorFlow Serving's and Triton's dynamic batchers do. Under load the batches grow by themselves: the queries that
-arrive while the model runs form the next batch, so the default window is 0 ms (a 1 ms window batched no better
-at 50 clients and cost one client 2.5 ms: benchmarks/bench_search_load.py, docs/search.md). The rows equal those of one query a call (each caption is encoded independently; tests compare them).
+serves no more requests a second with fifty clients than with one. `QueryBatcher` runs one worker thread per kind
+of query: it takes the first waiting query, gathers the ones that arrive within `batch_window_ms` of it (at most
+`max_batch` in all; those already waiting are taken at once), encodes them in one call and hands each caller its own
+row, as TensorFlow Serving's and Triton's dynamic batchers do. Under load the batches grow by themselves: the queries
+that arrive while the model runs form the next batch, so the default window is 0 ms (a 1 ms window batched no better
+at 50 clients and cost one client 2.5 ms: benchmarks/bench_search_load.py, docs/search.md). The rows equal those of
+one query a call (each caption is encoded independently; tests compare them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kitm.search.settings import ServingSettings
 
 
 class QueryBatcher:
-    """Calls `encode(items) -> array [len(items), ...]` on batches of the items submitted from many threads or tasks.
+    """Calls `encode(items) -> one row per item` on batches of the items submitted from many threads or tasks.
 
     `submit(item)` returns a `concurrent.futures.Future` of the item's row; an exception from `encode` is set on
     every future of its batch (each caller sees it, the worker goes on). Counters (`calls`, `items`) say how well

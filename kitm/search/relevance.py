@@ -86,7 +86,7 @@ def text_queries_relevance(index, queries: list[str], matched_rows: list[int | N
         return [Graded([None] * len(p), None, [None] * len(p), "This index holds no captions: no graded relevance "
                        "to show.") for p in positions_list]
     truth = [i for i, row in enumerate(matched_rows) if row is not None and index.scene_facts is not None]
-    free = [i for i in range(len(queries)) if i not in set(truth)]
+    free = sorted(set(range(len(queries))) - set(truth))
     if truth:
         union, columns = _columns([positions_list[i] for i in truth])
         matrix = _truth(index, index.scene_facts[union], index.caption_facts[[matched_rows[i] for i in truth]])

@@ -63,18 +63,15 @@ def dataset_examples(data_dir: str | os.PathLike, count: int, split: str = "test
     import tensorflow as tf
 
     from kitm.data import schema
-    from kitm.data.records import read_records
+    from kitm.eval.split_data import read_split
 
-    info = schema.load_info(data_dir)
-    spec = {"captions": tf.io.FixedLenFeature([info.captions_per_image], tf.string)}
-    if info.image_mode == "encoded":
-        spec["image/encoded"] = tf.io.FixedLenFeature([], tf.string)
-    parse = tf.autograph.experimental.do_not_convert(lambda path, record: tf.io.parse_single_example(record, spec))
-    records = list(read_records(info.shard_paths(data_dir, split), deterministic=True).map(parse).take(count))
-    groups = [[c.decode("utf-8") for c in record["captions"].numpy()] for record in records]
-    if info.image_mode != "encoded":
+    with_pixels = schema.load_info(data_dir).image_mode == "encoded"
+    data = read_split(data_dir, split, limit=count, with_images=with_pixels)
+    cpi = data.info.captions_per_image
+    groups = [data.captions[i * cpi:(i + 1) * cpi] for i in range(len(data.image_ids))]
+    if not with_pixels:
         return None, groups
-    return np.stack([tf.io.decode_image(record["image/encoded"], channels=3).numpy() for record in records]), groups
+    return np.stack([tf.io.decode_image(encoded, channels=3).numpy() for encoded in data.images]), groups
 
 
 def _flickr8k_groups(folder: pathlib.Path, split: str) -> list[list[str]]:
