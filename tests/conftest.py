@@ -346,7 +346,7 @@ def tiny_search_run(tiny_synthetic, tmp_path_factory) -> pathlib.Path:
 
 
 def _tiny_words(data_dir) -> list:
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     return sorted({word for caption in read_split(data_dir, "train", with_images=False).captions
                    for word in caption.lower().split()})

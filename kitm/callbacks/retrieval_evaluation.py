@@ -73,7 +73,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
       jsonl_path: append one JSON line per evaluation here.
       num_images: evaluate only the first num_images images of `dataset` (all when None).
       relevance: precomputed relevance [num_captions, num_images] of the evaluated images, in
-        dataset order (e.g. ``kitm.eval.split_data.split_relevance(read_split(data_dir, "val",
+        dataset order (e.g. ``kitm.eval.split_relevance.split_relevance(read_split(data_dir, "val",
         limit=n), "truth")``). Enables NCS, SR and CS.
       relevance_fn: instead, ``relevance_fn(captions, captions_per_image)`` -> [num_captions,
         num_images], called once at the first evaluation with the evaluated captions in row order

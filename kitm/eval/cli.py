@@ -333,7 +333,7 @@ def _embed_run(args: argparse.Namespace, source: dict[str, object], seconds: dic
     data, the neighbourhood preservation or None); `source` and `seconds` are filled in."""
     from kitm.eval.run_dir import default_export_dir, embed_with_saved_model, load_saved_model, read_summary, \
         run_data_dir
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     started = time.time()
     summary = read_summary(args.run_dir)
@@ -363,7 +363,7 @@ def _load_sims(args: argparse.Namespace, source: dict[str, object]):
     source.update(sims=str(args.sims))
     data = None
     if args.data_dir:
-        from kitm.eval.split_data import read_split
+        from kitm.data.split_reading import read_split
 
         data = read_split(args.data_dir, args.split, limit=args.num_images, with_images=False)
         expected = (data.num_images, data.num_images * data.captions_per_image)
@@ -409,7 +409,7 @@ def _relevance(args: argparse.Namespace, data, seconds: dict[str, float]):
         relevance = load_matrix(args.relevance_matrix, "--relevance_matrix")
         relevance_name = "matrix"
     elif args.relevance != "none":
-        from kitm.eval.split_data import split_relevance
+        from kitm.eval.split_relevance import split_relevance
 
         relevance = split_relevance(data, args.relevance, sbert_model=args.sbert_model, progress=args.progress,
                                     cider_normalization=args.cider_normalization, cache_dir=_embedding_cache(args))

@@ -97,7 +97,8 @@ def evaluation_relevance(config: ExperimentConfig, data_dir: pathlib.Path, split
     if source == "none":
         return {}
     if source == "truth":
-        from kitm.eval.split_data import read_split, split_relevance
+        from kitm.data.split_reading import read_split
+        from kitm.eval.split_relevance import split_relevance
 
         subset = read_split(data_dir, split, limit=limit, with_images=False)
         return {"relevance": split_relevance(subset, "truth")}

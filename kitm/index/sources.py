@@ -155,7 +155,7 @@ def dataset_splits(text: str, available: Sequence[str]) -> list[str]:
 def dataset_source(data_dir: str | os.PathLike, split: str = "test") -> IndexSource:
     """The images, captions and (synthetic world) truth facts of `split` of the built dataset at `data_dir`."""
     from kitm.data import schema
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     data_dir = pathlib.Path(data_dir)
     info = schema.load_info(data_dir)

@@ -43,7 +43,8 @@ def tau_b_figures(source: np.ndarray, reference: np.ndarray) -> dict[str, float 
 def relevance_agreement(data_dir: str | os.PathLike, split: str = "test", sources: Sequence[str] = ("cider", "sbert"),
                         reference: str = "truth") -> dict[str, object]:
     """{"data_dir", "split", "reference", "captions", "images", "sources": {source: tau_b_figures}} of a split."""
-    from kitm.eval.split_data import read_split, split_relevance
+    from kitm.data.split_reading import read_split
+    from kitm.eval.split_relevance import split_relevance
 
     data = read_split(data_dir, split, with_images=False)
     truth = split_relevance(data, reference)

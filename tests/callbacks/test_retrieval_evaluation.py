@@ -13,7 +13,8 @@ from kitm.callbacks import RetrievalEvaluation, flatten_report
 from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions
 from kitm.eval import build_report, evaluate
 from kitm.eval.relevance_sources import cider_relevance
-from kitm.eval.split_data import read_split, split_relevance
+from kitm.data.split_reading import read_split
+from kitm.eval.split_relevance import split_relevance
 from kitm.layers import CaptionTokenizer, SmallConvEncoder, build_vocabulary
 from kitm.losses import TripletLoss
 from kitm.models import DualEncoder

@@ -91,7 +91,7 @@ def test_flickr8k_sbert_and_neighbor_rows(flickr8k_captions, split_records):
 
 def test_captions_only_dataset_serves_evaluation_but_not_training(flickr8k_captions):
     from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
     from kitm.layers import CaptionTokenizer, build_vocabulary
 
     captions = training_captions(flickr8k_captions)

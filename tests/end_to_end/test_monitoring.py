@@ -68,7 +68,7 @@ def test_projector_files_and_tensorboards_projector_plugin(prod_run, read_events
     from tensorboard.plugins import base_plugin
     from tensorboard.plugins.projector import ProjectorConfig, projector_plugin
 
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     run_dir, _ = prod_run
     directory = run_dir / "logs" / "projector"

@@ -188,7 +188,7 @@ def test_run_dir_embeds_through_the_saved_model_and_scores_truth_relevance(run, 
 def test_run_dir_neighborhood_preservation_against_sentence_embeddings(run, tiny_synthetic, tmp_path):
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset
     from kitm.eval import neighborhood_preservation
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
     from kitm.models.inference import embed_dataset
     from kitm.relevance import sentence_embeddings
 
@@ -241,7 +241,7 @@ def _ptb_like(caption):
 def test_sims_scored_against_a_split_with_cider_relevance(run, run_report, tiny_synthetic, tmp_path):
     from pycocoevalcap.cider.cider_scorer import CiderScorer
 
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     run_dir, _, _ = run
     _, sims = run_report
@@ -267,7 +267,7 @@ def test_cider_relevance_defaults_to_the_ncs_references_caption_handling(run, ru
     reference's custom_cider.py does; the synthetic captions' "." and "," then stay glued to their words."""
     from pycocoevalcap.cider.cider_scorer import CiderScorer
 
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     run_dir, _, _ = run
     _, sims = run_report
@@ -288,7 +288,7 @@ def test_cider_relevance_defaults_to_the_ncs_references_caption_handling(run, ru
 
 
 def test_sbert_relevance_is_the_mean_cosine_to_the_images_captions(run, run_report, tiny_synthetic, tmp_path):
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
     from kitm.relevance.sentence import load_sentence_model
 
     run_dir, _, _ = run
@@ -440,7 +440,8 @@ def test_coherent_cutoffs_follow_the_paper_and_fit_small_sets():
 def test_truth_relevance_needs_the_synthetic_facts():
     import types
 
-    from kitm.eval.split_data import SplitData, split_relevance
+    from kitm.data.split_reading import SplitData
+    from kitm.eval.split_relevance import split_relevance
 
     info = types.SimpleNamespace(name="f8k", relevance={}, captions_per_image=1)
     data = SplitData(info=info, split="test", image_ids=np.arange(2), captions=["a dog", "a cat"], images=None)

@@ -13,7 +13,7 @@ from kitm.models import DualEncoder
 def test_test_crop_embeddings_are_the_normalised_mean_and_one_crop_is_todays(tiny_synthetic):
     from kitm.data.pipeline import PipelineConfig, evaluation_dataset, training_captions
     from kitm.ops.images import decode_image, eval_image
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
     from kitm.layers import CaptionTokenizer, SmallConvEncoder, build_vocabulary
     from kitm.models.inference import embed_dataset, encode_images
 

@@ -96,7 +96,7 @@ def test_the_vocabulary_is_read_from_the_savedmodel(tiny_search_run, tiny_synthe
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (the tokenizer's ops)
 
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
     from kitm.index.model import model_vocabulary
 
     vocabulary = model_vocabulary(tf.saved_model.load(str(tiny_search_run / "export" / "1")))

@@ -63,7 +63,7 @@ def dataset_examples(data_dir: str | os.PathLike, count: int, split: str = "test
     import tensorflow as tf
 
     from kitm.data import schema
-    from kitm.eval.split_data import read_split
+    from kitm.data.split_reading import read_split
 
     with_pixels = schema.load_info(data_dir).image_mode == "encoded"
     data = read_split(data_dir, split, limit=count, with_images=with_pixels)

@@ -3,7 +3,8 @@ CS uses), the ladder-truth minus triplet difference averaged over seeds 0-3, gro
 the caption fits exactly (truth relevance >= 1) or partly (0.5 <= relevance < 1). Run val_evals.sh first."""
 import numpy as np
 
-from kitm.eval.split_data import read_split, split_relevance
+from kitm.data.split_reading import read_split
+from kitm.eval.split_relevance import split_relevance
 
 OUT = "studies/claims/ladder_diagnosis/out"
 relevance = np.asarray(split_relevance(read_split("tfrecords/claims_features", "val"), "truth"))  # [captions, images]
