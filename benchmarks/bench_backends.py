@@ -254,7 +254,7 @@ def describe(model) -> str:
     text = model.text_encoder
     if hasattr(text, "recurrence"):
         # GRUTextEncoder trims the padding and packs the recurrence on TensorFlow only: on JAX it runs the masked
-        # equivalent (kitm.layers.packed_gru's masked_gru, ops.scan) over the tokenizer's whole width.
+        # equivalent (kitm.ops.packed_gru's masked_gru, ops.scan) over the tokenizer's whole width.
         on_tensorflow = keras.backend.backend() == "tensorflow"
         trimmed = "trimmed to the batch's longest caption" if text.trim_padding and on_tensorflow else "full width"
         loop = text.recurrence if on_tensorflow or text.recurrence == "masked" else "packed -> masked scan"

@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--jit_compile", default="auto", choices=["auto", "true", "false"])
     parser.add_argument("--recurrence", default="auto", choices=["auto", "masked", "packed"],
                         help="kitm's GRU: auto (kitm's default: packed, masked under XLA), masked (Keras' GRU) or "
-                             "packed (skips finished rows, kitm.layers.packed_gru)")
+                             "packed (skips finished rows, kitm.ops.packed_gru)")
     parser.add_argument("--fused_update", default="true", choices=["true", "false"],
                         help="Adam's update: TensorFlow's fused kernel (kitm's default) or Keras' (false)")
     parser.add_argument("--torch_threads", type=int, default=1, help="the peer's threads (0: torch's default)")

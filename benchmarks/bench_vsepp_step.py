@@ -13,7 +13,7 @@ then runs over the whole padded width, XLA needing static shapes), and kitm fed 
 (max_caption_length 32), which the GRU text encoder trims to each batch's longest caption (`trim_padding`; the
 reference packs each caption to its own length). Each row prints every pair (kitm, peer), the median ratio and its
 spread. The row "packed" is kitm with `GRUTextEncoder(recurrence="packed")`, which skips the rows whose caption
-has ended, as the reference's packed sequences do (kitm.layers.packed_gru). The row "equal_lengths" gives every caption of a batch the batch's mean length, on both sides: the
+has ended, as the reference's packed sequences do (kitm.ops.packed_gru). The row "equal_lengths" gives every caption of a batch the batch's mean length, on both sides: the
 reference's packed GRU then skips no padded step, so the two sides do the same work.
 
     python benchmarks/bench_vsepp_step.py [--repeats 7] [--steps 3] [--quick]

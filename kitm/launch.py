@@ -9,12 +9,9 @@ their settings written as flags. What a run does and writes is described in `kit
 
 from __future__ import annotations
 
-import os
-
 from kitm.tensorflow_logs import quiet_tensorflow_logs
 
 quiet_tensorflow_logs()  # before TensorFlow is imported (by kitm.experiment below)
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import contextlib  # noqa: E402
 import sys  # noqa: E402

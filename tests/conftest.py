@@ -158,6 +158,48 @@ def launch_refused(capsys):
     return run
 
 
+# The launcher's `main` on each argument list in one interpreter (as `launch_refused` does in this one): on another
+# backend each refusal comes before training, so one start of the interpreter and its backend serves them all.
+_REFUSALS = """
+import contextlib, io, json, sys
+
+from absl import flags
+
+from kitm import launch as launcher
+
+outcomes = []
+for args in json.loads(sys.argv[1]):
+    flags.FLAGS.unparse_flags()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            flags.FLAGS(["kitm.launch", *args])
+            launcher.main(["kitm.launch"])
+            code = 0
+        except SystemExit as stopped:
+            code = stopped.code
+    outcomes.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(outcomes))
+"""
+
+
+@pytest.fixture(scope="session")
+def launch_refused_on():
+    """`launch_refused_on(backend, argument_lists, python_path=()) -> [{"code", "stderr"}]`: kitm.launch's `main` on
+    each argument list, one after another in one fresh interpreter with KERAS_BACKEND=backend (and `python_path`'s
+    folders after this checkout on PYTHONPATH)."""
+    import json
+
+    def run(backend, argument_lists, python_path=()):
+        env = kitm_env(KERAS_BACKEND=backend)
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *map(str, python_path)])
+        done = subprocess.run([sys.executable, "-c", _REFUSALS, json.dumps(argument_lists)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    return run
+
+
 @pytest.fixture(scope="session")
 def run_python():
     """`run_python(script, *args, cwd, timeout=300)`: a Python source string in a fresh interpreter, with the
@@ -380,13 +422,40 @@ def _backend_available(backend: str) -> bool:
     return importlib.util.find_spec({"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]) is not None
 
 
+def _case_answer(process):
+    """The next answer of a `run.py --serve` interpreter (the JSON after its marker; other lines skipped), or None
+    when it stops. (A case that hangs is stopped by pytest-timeout, setup.cfg.)"""
+    import json
+
+    marker = "kitm-case-answer: "
+    for line in process.stdout:
+        if line.startswith(marker):
+            return json.loads(line[len(marker):])
+    return None
+
+
 @pytest.fixture(scope="session")
 def backend_results(tmp_path_factory):
     """``backend_results(case_file, backend) -> {name: float64 array}``: a case file of tests/backend_cases/ run
-    in a fresh interpreter under ``KERAS_BACKEND=backend`` (Keras picks its backend once per process), each
-    (file, backend) once per session. A backend that is not installed skips the test that asks for it."""
+    under ``KERAS_BACKEND=backend`` (Keras picks its backend once per process) in an interpreter of that backend kept
+    for the session (`run.py --serve`: one start per backend and xdist worker, not one per case file; each case
+    from a cleared Keras session), each (file, backend) once per session. A backend that is not installed skips
+    the test that asks for it."""
+    import json
+
     cache: dict[tuple[str, str], dict] = {}
+    servers: dict[str, subprocess.Popen] = {}
     folder = tmp_path_factory.mktemp("backend_results")
+
+    def server(backend):
+        if backend not in servers or servers[backend].poll() is not None:
+            env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+                   "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+            servers[backend] = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "backend_cases" / "run.py"), "--serve"], env=env, cwd=ROOT,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(folder / f"{backend}.stderr", "w"),
+                text=True)
+        return servers[backend]
 
     def run(case_file: str, backend: str) -> dict:
         if not _backend_available(backend):
@@ -395,19 +464,28 @@ def backend_results(tmp_path_factory):
         if key not in cache:
             case = ROOT / "tests" / "backend_cases" / case_file
             out = folder / f"{case.stem}.{backend}.npz"
-            env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
-                   "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-            done = subprocess.run([sys.executable, str(ROOT / "tests" / "backend_cases" / "run.py"), str(case),
-                                   str(out)], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-            if done.returncode != 0:
-                raise AssertionError(f"{case_file} on {backend} failed:\n{done.stdout}\n{done.stderr}")
+            process = server(backend)
+            process.stdin.write(json.dumps({"case": str(case), "out": str(out)}) + "\n")
+            process.stdin.flush()
+            answer = _case_answer(process)
+            if answer is None:
+                raise AssertionError(f"{case_file} on {backend}: the case interpreter stopped (exit status "
+                                     f"{process.wait()}; its stderr: {folder / f'{backend}.stderr'}).")
+            if not answer["ok"]:
+                raise AssertionError(f"{case_file} on {backend} failed:\n{answer['error']}")
             import numpy as np
 
             with np.load(out) as data:
                 cache[key] = {name: data[name] for name in data.files}
         return cache[key]
 
-    return run
+    yield run
+    for process in servers.values():
+        process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 @pytest.fixture(scope="session")

@@ -116,12 +116,73 @@ def test_the_layering_of_architecture_md():
     graph = subpackage_graph()
     assert "kitm.data" not in graph.get("kitm.relevance", set()), "relevance computation must not read records"
     assert "kitm.training" not in graph.get("kitm.models", set()), "models never import training"
-    for package in ("kitm.ops", "kitm.errors", "kitm.files", "kitm.run_lock", "kitm.progress", "kitm.tensorflow_logs"):
+    for package in ("kitm.distribute", "kitm.errors", "kitm.files", "kitm.run_lock", "kitm.progress",
+                    "kitm.tensorflow_logs"):
         assert graph.get(package, set()) <= {"kitm.errors"}, f"{package} is a leaf: {graph.get(package)}"
+    # The numeric kernels ask the seam for the backend, and nothing else.
+    assert graph.get("kitm.ops", set()) <= {"kitm.errors", "kitm.distribute"}, graph.get("kitm.ops")
     # Nothing imports the launcher; the launcher imports only the experiment API, the error module, and the leaf
     # that quiets TensorFlow's C++ log before the experiment API imports TensorFlow.
     assert not [source for source, targets in graph.items() if "kitm.launch" in targets]
     assert graph["kitm.launch"] <= {"kitm.experiment", "kitm.errors", "kitm.tensorflow_logs"}
+
+
+# The seam (docs/layout.md; docs/backends.md, "Where the backend is decided"): the model side asks kitm.distribute for
+# the backend and the replicas. TensorFlow's own job on the model side: tensorflow-text tokenization (the tokenizer
+# layers).
+MODEL_SIDE = ("losses", "layers", "models", "metrics")
+TENSORFLOW_JOBS = {"kitm/layers/tokenizer.py", "kitm/layers/hub_tokenizers.py"}
+
+
+def backend_probes(path: pathlib.Path) -> list[str]:
+    """What in `path` finds out the backend itself or imports TensorFlow: `keras.backend.backend()`, `KERAS_BACKEND`
+    read from the environment, a `sys.modules` probe for TensorFlow, `import tensorflow` (at any depth)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"import {alias.name}" for alias in node.names if alias.name.split(".")[0] == "tensorflow"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tensorflow":
+            found.append(f"from {node.module} import")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("keras.backend.backend", "backend.backend"):
+            found.append(f"{ast.unparse(node)} at line {node.lineno}")
+        elif isinstance(node, (ast.Call, ast.Compare, ast.Subscript)) and "sys.modules" in ast.unparse(node) \
+                and "tensorflow" in ast.unparse(node):
+            found.append(f"{ast.unparse(node)} at line {node.lineno}")
+        elif isinstance(node, ast.Constant) and node.value == "KERAS_BACKEND" and path.name != "__init__.py":
+            found.append(f"'KERAS_BACKEND' at line {node.lineno}")
+    return found
+
+
+def test_the_probe_finder_finds_what_it_looks_for(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import sys\nimport keras\ndef f():\n    import tensorflow as tf\n"
+                      "    return keras.backend.backend(), sys.modules.get('tensorflow'), os.environ['KERAS_BACKEND']\n"
+                      "def g():\n    return 'ipykernel' in sys.modules\n")
+    assert len(backend_probes(module)) == 4
+
+
+def test_the_model_side_asks_the_seam_for_the_backend_and_imports_no_tensorflow():
+    offenders = {}
+    for folder in MODEL_SIDE:
+        for path in sorted((KITM / folder).rglob("*.py")):
+            name = path.relative_to(KITM.parent).as_posix()
+            if name not in TENSORFLOW_JOBS and backend_probes(path):
+                offenders[name] = backend_probes(path)
+    assert not offenders, offenders
+
+
+def test_only_the_seam_finds_out_the_backend():
+    """Everywhere in kitm the backend is kitm.distribute's answer (the environment variable is set as a default in
+    kitm/__init__.py only); TensorFlow is imported where it is the job (data, serving, training's strategies)."""
+    offenders = {}
+    for path in sorted(KITM.rglob("*.py")):
+        name = path.relative_to(KITM.parent).as_posix()
+        if name.startswith("kitm/distribute/") or name == "kitm/__init__.py":
+            continue
+        probes = [probe for probe in backend_probes(path) if not probe.startswith(("import ", "from "))]
+        if probes:
+            offenders[name] = probes
+    assert not offenders, offenders
 
 
 def test_only_the_launcher_imports_absl():

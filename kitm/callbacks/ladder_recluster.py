@@ -33,24 +33,15 @@ offered since the previous update); `<name>` is the loss's key in `DualEncoder.c
 from __future__ import annotations
 
 import math
-import sys
 
-import keras
 import numpy as np
 
 from kitm.callbacks.every_q_batches import EveryQBatchesCallback, to_numpy
+from kitm.distribute.replica_local import is_variable
 from kitm.losses.reclusterable_ladder import (ReclusterableLadderLoss, RelevanceSample, thresholds_from_clusters)
 from kitm.ops.kmeans1d import DEFAULT_LLOYD_RUNS, auto_kmeans_1d
 
 __all__ = ["LadderReclusterCallback"]
-
-
-def _is_variable(value) -> bool:
-    """A Keras variable, or a TensorFlow one (a loss that keeps its thresholds in a tf.Variable)."""
-    if isinstance(value, keras.Variable):
-        return True
-    tf = sys.modules.get("tensorflow")  # a tf.Variable exists only where TensorFlow is imported already
-    return tf is not None and isinstance(value, tf.Variable)
 
 
 class LadderReclusterCallback(EveryQBatchesCallback):
@@ -86,7 +77,7 @@ class LadderReclusterCallback(EveryQBatchesCallback):
 
     def check_loss(self, loss) -> None:
         variable = getattr(loss, "threshold_variable", None)
-        if not _is_variable(variable) or not isinstance(getattr(loss, "relevance_sample", None), RelevanceSample):
+        if not is_variable(variable) or not isinstance(getattr(loss, "relevance_sample", None), RelevanceSample):
             raise ValueError(f"LadderReclusterCallback needs a loss with a variable `threshold_variable` and a "
                              f"RelevanceSample `relevance_sample` (e.g. ReclusterableLadderLoss); got "
                              f"{type(loss).__name__}.")

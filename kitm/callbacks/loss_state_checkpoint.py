@@ -54,7 +54,6 @@ import os
 import pathlib
 import re
 import shutil
-import sys
 import warnings
 from typing import Mapping
 
@@ -62,9 +61,11 @@ import keras
 import numpy as np
 
 from kitm.callbacks.every_q_batches import sync_model_state, to_numpy
+from kitm.distribute.backend import backend_name, tensorflow_module
+from kitm.distribute.replica_local import assign_replica_local, is_variable, replica_local_values
+from kitm.distribute.replicas import writes_checkpoints
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path
-from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
 
 __all__ = ["LossStateCheckpoint", "loss_state", "latest_state", "read_state_json", "AdaptiveMarginState"]
 
@@ -77,13 +78,6 @@ _STATE_NAME = re.compile(r"^state-(\d{6,})$")
 # --------------------------------------------------------------------------------------------------
 # What a loss owns
 # --------------------------------------------------------------------------------------------------
-
-def _is_variable(value) -> bool:
-    if isinstance(value, keras.Variable):
-        return True
-    tf = sys.modules.get("tensorflow")  # a tf.Variable exists only where TensorFlow is imported already
-    return tf is not None and isinstance(value, tf.Variable)
-
 
 def _on_read(variable) -> bool:
     # tf.VariableSynchronization.ON_READ (str: "VariableSynchronization.ON_READ") or Keras' "on_read".
@@ -104,7 +98,7 @@ def loss_state(loss) -> tuple[dict, dict, dict]:
             optimizers[name] = value
         elif isinstance(value, keras.layers.Layer):
             parameters[name] = value
-        elif _is_variable(value):
+        elif is_variable(value):
             (counters if _on_read(value) else parameters)[name] = value
     return parameters, optimizers, counters
 
@@ -127,9 +121,8 @@ def _write_variables(directory: pathlib.Path, tree: dict) -> None:
     """Write `tree`'s variables into `directory`: a tf.train.Checkpoint on TensorFlow (distributed variables
     included), a numpy archive by path elsewhere: tf.train.Checkpoint does not track JAX's or PyTorch's Keras
     variables, and writes an empty checkpoint of them without a word."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # checkpoints of TensorFlow variables: TensorFlow's job
-
+    tf = tensorflow_module()  # checkpoints of TensorFlow variables: TensorFlow's job
+    if tf is not None:
         tf.train.Checkpoint(**tree).write(str(directory / CHECKPOINT_PREFIX))
         return
     arrays = {key: to_numpy(variable) for key, variable in _flat_variables(tree).items()}
@@ -142,11 +135,11 @@ def _read_variables(path: pathlib.Path, tree: dict, strict: bool) -> None:
     every variable must be in it."""
     arrays_file = path / ARRAYS_FILE
     if not arrays_file.is_file():
-        if keras.backend.backend() != "tensorflow":
+        tf = tensorflow_module()  # a state written on TensorFlow
+        if tf is None:
             raise KitmDataError(f"The state in {path} was written on TensorFlow (a tf.train.Checkpoint, which cannot "
-                                f"assign {keras.backend.backend()}'s variables); restore it with KERAS_BACKEND="
+                                f"assign {backend_name()}'s variables); restore it with KERAS_BACKEND="
                                 "tensorflow, or start this part of training again.")
-        import tensorflow as tf  # a state written on TensorFlow
 
         checkpoint = tf.train.Checkpoint(**tree).read(str(path / CHECKPOINT_PREFIX)).expect_partial()
         if strict:
@@ -336,17 +329,7 @@ class LossStateCheckpoint(keras.callbacks.Callback):
     # -- writing ---------------------------------------------------------------------------------
     def _should_write(self) -> bool:
         # Under multi-worker strategies only the chief keeps its checkpoint (the others write and discard).
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            import tensorflow as tf  # tf.distribute's chief: TensorFlow's job
-
-            strategy = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
-            return bool(getattr(strategy.extended, "should_checkpoint", True))
-        if backend == "jax":
-            import jax
-
-            return jax.process_index() == 0  # one host writes, as keras.distribution's saving does
-        return True
+        return writes_checkpoints(self.model)
 
     def save(self, epoch: int, batch: int | None = None) -> pathlib.Path | None:
         """Write one state: `epoch` completed epochs (and `batch` batches into the next, if given).

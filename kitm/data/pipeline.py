@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from kitm.data import schema
 from kitm.data.records import parse_record, read_records
+from kitm.distribute.replicas import per_replica_batch_size
 from kitm.errors import KitmDataError
 from kitm.ops.images import decode_pixels, eval_crops, eval_image, to_unit_float
 from kitm.relevance.batch import batch_cider, batch_sentence_relevance
@@ -109,9 +110,9 @@ class PipelineConfig:
             raise ValueError(f"captions must be one of {CAPTION_MODES}; got {self.captions!r}.")
         if self.relevance not in RELEVANCE_SOURCES:
             raise ValueError(f"relevance must be one of {RELEVANCE_SOURCES}; got {self.relevance!r}.")
-        if self.batch_size < 1 or self.batch_size % self.num_replicas:
-            raise ValueError(f"batch_size {self.batch_size} must be positive and divisible by the "
-                             f"{self.num_replicas} replicas.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be positive; got {self.batch_size}.")
+        per_replica_batch_size(self.batch_size, self.num_replicas)
         if not 0 < self.crop_area[0] <= self.crop_area[1] <= 1:
             raise ValueError(f"crop_area must satisfy 0 < low <= high <= 1; got {self.crop_area}.")
         if self.neighbor_draw not in ("mutual", "uniform"):

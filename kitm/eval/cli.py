@@ -47,6 +47,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kitm.distribute.backend import loaded_tensorflow
 from kitm.errors import CliError, KitmError, OneLineArgumentParser
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
@@ -466,7 +467,7 @@ def _handled_errors() -> tuple[type[BaseException], ...]:
     from kitm.eval.eccv import EccvCaptionUnavailable
 
     handled: list[type[BaseException]] = [CliError, ValueError, OSError, RelevanceUnavailable, EccvCaptionUnavailable]
-    tf = sys.modules.get("tensorflow")
+    tf = loaded_tensorflow()
     if tf is not None and hasattr(tf, "errors"):
         handled.append(tf.errors.OpError)
     return tuple(handled)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kitm.distribute.backend import backend_name, on_tensorflow
 from kitm.errors import KitmConfigError, option
 from kitm.experiment.config import ExperimentConfig
 
@@ -268,11 +269,11 @@ def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):
     if fused not in ("auto", "true", "false"):
         raise KitmConfigError(f"{option('fused_update')}={config.training.fused_update}: expected auto, true or "
                               "false.")
-    on_tensorflow = keras.backend.backend() == "tensorflow"
-    if fused == "true" and not on_tensorflow:
+    tensorflow_backend = on_tensorflow()
+    if fused == "true" and not tensorflow_backend:
         raise KitmConfigError(f"{option('fused_update')}=true: the fused Adam kernel is TensorFlow's, and Keras runs "
-                              f"on {keras.backend.backend()}; use {option('fused_update')}=auto (Keras' Adam there).")
-    fused = fused == "true" or (fused == "auto" and on_tensorflow)
+                              f"on {backend_name()}; use {option('fused_update')}=auto (Keras' Adam there).")
+    fused = fused == "true" or (fused == "auto" and tensorflow_backend)
     if model_settings.image_tower_lr_multiplier == 1.0 and model_settings.text_tower_lr_multiplier == 1.0:
         return (FusedAdam if fused else keras.optimizers.Adam)(learning_rate, **kwargs)
     optimizer = (FusedTowerLearningRateAdam if fused else TowerLearningRateAdam)(learning_rate, **kwargs)

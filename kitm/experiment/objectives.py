@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import keras
 
+from kitm.distribute.backend import backend_name
 from kitm.errors import KitmConfigError, KitmError, option, rename_options
 from kitm.experiment.config import ExperimentConfig
 
@@ -268,14 +269,14 @@ def resolve_negatives(config: ExperimentConfig, replicas: int, whole_batch: bool
     refused, naming it.
 
     `whole_batch`: the replicas are devices that one loss computation spans (JAX's keras.distribution,
-    kitm.training.keras_distribution), so every loss sees the global batch without gathering: with several of them
+    kitm.distribute.data_parallel), so every loss sees the global batch without gathering: with several of them
     the negatives are global, and "local" is refused."""
     negatives = config.training.negatives  # one of its choices: checked when the configuration was made
     names = list(config.objective.loss)
     if whole_batch and replicas > 1:
         if negatives == "local":
             raise KitmConfigError(
-                f"{option('negatives')}=local: on the {keras.backend.backend()} backend the {replicas} devices split "
+                f"{option('negatives')}=local: on the {backend_name()} backend the {replicas} devices split "
                 "one loss computation over the global batch, so every anchor meets all of its rows; per-device "
                 f"negatives are not implemented there. Use {option('negatives')}=auto or global (the step of one "
                 "device with the whole batch), or KERAS_BACKEND=tensorflow for per-replica negatives.")

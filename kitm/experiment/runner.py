@@ -27,6 +27,7 @@ import time
 
 import keras
 
+from kitm.distribute.backend import backend_name
 from kitm.errors import KitmConfigError, KitmError, option
 from kitm.experiment import datasets
 from kitm.experiment.config import ExperimentConfig
@@ -75,7 +76,8 @@ def run(config: ExperimentConfig) -> dict:
     record or image met while reading is named in the error.
     """
     from kitm.serving.versions import remove_stale_exports
-    from kitm.training import distribution, keras_distribution
+    from kitm.distribute import data_parallel
+    from kitm.training import distribution
 
     started = time.time()
     config = resolve(config)
@@ -86,16 +88,16 @@ def run(config: ExperimentConfig) -> dict:
         shown = " ".join(f"--{name}={_shown(config.get(name))}" for name in sorted(config.preset))
         print(f"Defaults for --dataset={config.data.dataset}: {shown}")
     with contextlib.ExitStack() as held:
-        if keras_distribution.on_tensorflow():
+        if backend_name() == "tensorflow":
             distribution.split_cpu(config.training.cpu_devices)
             # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
             strategy = distribution.make_strategy(config.training.strategy)
         else:  # JAX (and PyTorch): keras.distribution places the model; TensorFlow's input and export, one device
             _check_export_backend(config)
-            keras_distribution.split_host_devices(config.training.cpu_devices)
+            data_parallel.split_host_devices(config.training.cpu_devices)
             # A run in a Python process leaves the process's distribution as it found it.
             held.callback(keras.distribution.set_distribution, keras.distribution.distribution())
-            keras_distribution.set_data_parallel(config.training.strategy)
+            data_parallel.set_data_parallel(config.training.strategy)
             strategy = distribution.make_strategy("default")
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))
@@ -117,7 +119,7 @@ def _check_export_backend(config: ExperimentConfig) -> None:
     on another backend a run that would end in it is refused before it starts, not after its training."""
     from kitm.serving.export import EXPORT_BACKENDS
 
-    backend = keras.backend.backend()
+    backend = backend_name()
     if config.export.export and backend not in EXPORT_BACKENDS:
         raise KitmConfigError(
             f"{option('export')}: the SavedModel export runs on the TensorFlow and JAX backends, not on {backend} "

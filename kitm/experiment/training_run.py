@@ -27,7 +27,9 @@ from kitm.experiment.objectives import check_grad_cache, resolve_negatives, uses
 from kitm.experiment.trainers import make_trainer
 from kitm.files import write_json_atomically
 from kitm.progress import keras_verbosity
-from kitm.training.keras_distribution import batch_replicas, check_batch, on_tensorflow
+from kitm.distribute.backend import on_tensorflow
+from kitm.distribute.data_parallel import check_batch
+from kitm.distribute.replicas import batch_replicas
 
 if typing.TYPE_CHECKING:  # the types of _RunParts' fields; the modules load when a run needs them
     import tensorflow as tf
@@ -137,7 +139,7 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     from kitm.training.summaries import write_hparams
 
     # Global or local negatives for this replica count (docs/scale.md); the summary records the resolved value.
-    # On JAX the replicas are keras.distribution's devices (kitm.training.keras_distribution).
+    # On JAX the replicas are keras.distribution's devices (kitm.distribute.data_parallel).
     replicas = batch_replicas(strategy)
     config = resolve_negatives(config, replicas, whole_batch=not on_tensorflow())
     check_grad_cache(config, replicas)

@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from kitm.distribute.backend import loaded_tensorflow
 from kitm.errors import CliError, KitmError, OneLineArgumentParser
 from kitm.files import no_room_error
 from kitm.index.build import DEFAULT_CHUNK, BuildOptions
@@ -108,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _handled_errors() -> tuple[type[BaseException], ...]:
     handled: list[type[BaseException]] = [CliError, ValueError, OSError]
-    tf = sys.modules.get("tensorflow")
+    tf = loaded_tensorflow()
     if tf is not None and hasattr(tf, "errors"):
         handled.append(tf.errors.OpError)
     return tuple(handled)

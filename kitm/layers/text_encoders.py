@@ -6,7 +6,8 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from kitm.layers.packed_gru import packed_gru
+from kitm.distribute.backend import on_jax, on_tensorflow
+from kitm.ops.packed_gru import packed_gru
 
 
 @keras.saving.register_keras_serializable(package="kitm")
@@ -25,8 +26,8 @@ class GRUTextEncoder(keras.layers.Layer):
     `jit_compile="auto"` then leaves XLA off); build it with `trim_padding=False` to train under `jit_compile=True`.
 
     `recurrence`: "masked" runs Keras' GRU over every row of the (trimmed) width; "packed" skips the rows whose
-    caption has ended (`kitm.layers.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead of
-    B x the longest, on the same weights, equal to float rounding (tests/layers/test_packed_gru.py). Packed assumes
+    caption has ended (`kitm.ops.packed_gru`, PyTorch's packed sequences): sum(lengths) row-steps instead of
+    B x the longest, on the same weights, equal to float rounding (tests/ops/test_packed_gru.py). Packed assumes
     the padding (id 0) trails each caption, as kitm's tokenizers write it, and is not XLA-compilable either.
     "auto" (default), the fastest of the two that fits the build: on TensorFlow packed where the encoder trims
     (data-dependent shapes, no XLA anyway) and masked where it was built for XLA (`trim_padding=False`); masked on
@@ -48,10 +49,9 @@ class GRUTextEncoder(keras.layers.Layer):
             raise ValueError(f"recurrence must be 'auto', 'masked' or 'packed'; got {recurrence!r}.")
         # Resolved here, so that get_config (and a saved model) records the recurrence the weights trained with.
         if recurrence == "auto":
-            recurrence = "packed" if self.trim_padding and keras.backend.backend() == "tensorflow" else "masked"
+            recurrence = "packed" if self.trim_padding and on_tensorflow() else "masked"
         self.recurrence = recurrence
-        on_jax = keras.backend.backend() == "jax"
-        self.supports_jit = on_jax or (not self.trim_padding and self.recurrence == "masked")
+        self.supports_jit = on_jax() or (not self.trim_padding and self.recurrence == "masked")
         self.embedding = layers.Embedding(self.vocabulary_size, self.word_dim, mask_zero=True, name="words")
         if self.bidirectional:
             self.gru = layers.Bidirectional(layers.GRU(self.units), merge_mode="concat", name="bigru")
@@ -64,7 +64,7 @@ class GRUTextEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, training=False):
-        if self.trim_padding and keras.backend.backend() != "jax":  # a data-dependent width (class docstring)
+        if self.trim_padding and not on_jax():  # a data-dependent width (class docstring)
             token_ids = self._trimmed(token_ids)
         embedded = self.embedding(token_ids)
         if self.recurrence == "packed":

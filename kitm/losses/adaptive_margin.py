@@ -16,7 +16,7 @@ follows the text. For that the loss adds, on every call, the satisfied and used 
 direction to per-replica accumulators (`synchronization=ON_READ`, `aggregation=SUM`): a replica only
 writes its own copy, and a read in cross-replica context sums the replicas. Those are TensorFlow's
 (`tf.distribute`); on JAX and PyTorch, where one loss sees the whole batch, they are plain Keras variables
-(`_accumulator`, the one backend branch, which imports TensorFlow only on its backend). Every variable the loss
+(`kitm.distribute.per_replica_variable`: the backend and its replicas are kitm.distribute's). Every variable the loss
 reads or updates in a training step (margins, counters, the random draws' seed states) is listed in
 `non_trainable_variables`, for a stateless trainer (JAX) to carry through its step.
 
@@ -33,9 +33,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from kitm.distribute.replica_local import assign_replica_local, per_replica_variable, replica_local_values
 from kitm.losses import samplers
 from kitm.losses.base import RetrievalLoss
-from kitm.losses.global_batch import _tensorflow
 from kitm.ops.similarity import cosine_similarity_matrix, negative_mask
 
 __all__ = [
@@ -52,70 +52,6 @@ __all__ = [
 ]
 
 SAMPLINGS = ("random", "hardest", "easiest", "all")
-
-
-# --------------------------------------------------------------------------------------------------
-# Per-replica accumulators
-# --------------------------------------------------------------------------------------------------
-
-def _strategy_of(tf, variable):
-    # The variable's own strategy: a callback may run outside `strategy.scope()`, where get_strategy() is the
-    # default one and would read the aggregate instead of the copies.
-    return getattr(variable, "distribute_strategy", None) or tf.distribute.get_strategy()
-
-
-def _tf_variable(variable):
-    # A Keras variable on TensorFlow holds a tf.Variable (its value), the one a strategy knows.
-    return variable.value if isinstance(variable, keras.Variable) else variable
-
-
-def replica_local_values(variable) -> list[np.ndarray]:
-    """The value of every replica's copy of `variable` (one entry without a distribution strategy, and on JAX and
-    PyTorch, whose variables have one copy)."""
-    tf = _tensorflow()
-    if tf is None:
-        return [np.asarray(ops.convert_to_numpy(variable))]
-    variable = _tf_variable(variable)
-    strategy = _strategy_of(tf, variable)
-    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v)
-            for v in strategy.experimental_local_results(variable)]
-
-
-def assign_replica_local(variable, values) -> None:
-    """Set every replica's copy of `variable`: `values` is one array for all, or a list with one per replica.
-
-    Assigning the copies one by one sidesteps the aggregation rule of a cross-replica assign (with SUM,
-    TensorFlow would divide the value by the number of replicas).
-    """
-    tf = _tensorflow()
-    if tf is None:
-        local = [variable]
-    else:
-        variable = _tf_variable(variable)
-        local = _strategy_of(tf, variable).experimental_local_results(variable)
-    if isinstance(values, (list, tuple)):
-        if len(values) != len(local):
-            raise ValueError(f"Expected {len(local)} per-replica values for {variable.name}; got {len(values)}.")
-    else:
-        values = [values] * len(local)
-    for copy, value in zip(local, values):
-        copy.assign(ops.cast(value, copy.dtype))
-
-
-def _accumulator(name: str, shape, dtype: str):
-    """A per-replica counter (module docstring). On TensorFlow a sync-on-read tf.Variable whose cross-replica read
-    sums the replicas; elsewhere a Keras variable (one copy: the loss sees the global batch), int64 unless JAX runs
-    without 64-bit types (int32 there)."""
-    tf = _tensorflow()
-    if tf is not None:
-        return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
-                           synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.SUM)
-    if dtype == "int64" and keras.backend.backend() == "jax":
-        import jax
-
-        dtype = "int64" if jax.config.jax_enable_x64 else "int32"
-    return keras.Variable(np.zeros(shape, dtype), trainable=False, dtype=dtype, name=name)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -325,8 +261,8 @@ class AdaptiveMarginTripletLoss(RetrievalLoss):
         self.margin_y = keras.Variable(self.initial_margins[1], trainable=False, dtype="float32",
                                        name=f"{name}_margin_y")
         # [x, y] counts; int64 so that long accumulation windows cannot lose counts.
-        self.satisfied_counts = _accumulator(f"{name}_satisfied", [2], "int64")
-        self.used_counts = _accumulator(f"{name}_used", [2], "int64")
+        self.satisfied_counts = per_replica_variable(np.zeros([2], np.int64), f"{name}_satisfied")
+        self.used_counts = per_replica_variable(np.zeros([2], np.int64), f"{name}_used")
         # A different stream for the other direction, so the two draws are independent.
         self._seeds = (samplers.seed_stream(self.seed), samplers.seed_stream(self.seed, 1))
 

@@ -55,7 +55,8 @@ from typing import Mapping
 import keras
 from keras import ops
 
-from kitm.losses.base import RetrievalLoss, check_margin, known_values, shapes_compatible
+from kitm.distribute.checks import check_index_range
+from kitm.losses.base import RetrievalLoss, check_margin, shapes_compatible
 from kitm.ops import similarity as sim_ops
 
 BASES = ("angular", "triplet")
@@ -201,19 +202,8 @@ def _checked_positions(positions, batch_size):
     a traced step cannot assert on data (JAX), so there an out-of-range row is caught by the pipeline's own
     construction (kitm.data.neighbor_batching writes rows < B)."""
     positions = ops.cast(ops.reshape(positions, (-1,)), "int32")
-    message = "neighbor_position must be < B (an in-batch row)"
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        check = tf.debugging.assert_less(positions, tf.cast(batch_size, tf.int32), message=message)
-        with tf.control_dependencies([check]):
-            return tf.identity(positions)
-    values = known_values(positions)
-    if values is None:  # traced (inside jax.jit) or on an accelerator: nothing concrete to check without a wait
-        return positions
-    if values.size and int(values.max()) >= int(batch_size):
-        raise ValueError(f"{message}; got {int(values.max())} with B = {int(batch_size)}.")
-    return positions
+    return check_index_range(positions, batch_size, upper_message="neighbor_position must be < B (an in-batch row)"
+                             ).values
 
 
 def _image_and_text(loss: RetrievalLoss, y_pred):

@@ -44,7 +44,6 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import numpy as np
 from keras import ops
 
 from kitm.losses.global_batch import GlobalBatch, check_negatives, global_batch, replica_share
@@ -54,24 +53,6 @@ from kitm.ops.similarity import cosine_similarity_matrix
 def shapes_compatible(shape, other) -> bool:
     """Static shapes that can be equal: the same rank, each dimension equal or unknown (None)."""
     return len(shape) == len(other) and all(a is None or b is None or a == b for a, b in zip(shape, other))
-
-
-def known_values(index):
-    """The values of `index` as numpy where they are known without tracing or a device round trip, else None."""
-    if isinstance(index, (np.ndarray, np.generic)):
-        return np.asarray(index)
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        if not isinstance(index, jax.core.Tracer):
-            return np.asarray(index)
-    elif backend == "torch":
-        import torch
-
-        if index.device.type == "cpu" and not torch.compiler.is_compiling():
-            return index.numpy()
-    return None
 
 
 def check_margin(margin: float) -> float:

@@ -35,174 +35,26 @@ along its rows; the loss is written over that array and XLA partitions it, so S 
 with every row of the global batch: the step is that of one device with the whole batch, for every loss, and
 `negatives="global"` needs no gather. What JAX cannot give without per-device code (shard_map) is the opposite,
 negatives="local" on several devices (each device's own b = B / D rows): `data_parallel_devices()` tells
-`kitm.models.DualEncoder.compile`, which refuses it. TensorFlow is imported lazily, only on the TensorFlow backend
-(`_tensorflow`): the arithmetic of the blocks is keras.ops.
+`kitm.models.DualEncoder.compile`, which refuses it. The replicas, the gather and a replica's share are
+`kitm.distribute`'s (re-exported here); this module holds the losses' arithmetic on the blocks, in keras.ops.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
-
-import keras
 from keras import ops
 
+from kitm.distribute.global_batch import GlobalBatch, global_batch
+from kitm.distribute.replicas import data_parallel_devices, num_replicas_in_sync, replica_share
 from kitm.negatives import LOSS_NEGATIVES as NEGATIVES
 
 __all__ = ["NEGATIVES", "check_negatives", "GlobalBatch", "global_batch", "replica_share", "num_replicas_in_sync",
            "data_parallel_devices", "info_nce_block_terms", "graded_info_nce_block_terms", "siglip_block_terms"]
 
 
-def _tensorflow():
-    """The `tensorflow` module where Keras runs on it, else None: the one backend branch here (module docstring,
-    "Backends"); imported on demand so that the other backends never need TensorFlow."""
-    if keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
-
-    return tf
-
-
 def check_negatives(negatives) -> str:
     if negatives not in NEGATIVES:
         raise ValueError(f"negatives must be one of {NEGATIVES}; got {negatives!r}.")
     return negatives
-
-
-def num_replicas_in_sync() -> int:
-    """R, the replicas a reduced loss is shared by: the `tf.distribute` strategy's on TensorFlow; 1 elsewhere (JAX
-    and PyTorch compute the loss once, over the global batch, also under JAX's DataParallel over several devices, so
-    "sum" and "sum_over_batch_size" are the global batch's; module docstring, "Backends")."""
-    tf = _tensorflow()
-    return 1 if tf is None else int(tf.distribute.get_strategy().num_replicas_in_sync)
-
-
-def data_parallel_devices() -> int:
-    """D, the devices `keras.distribution` splits the batch's rows over on JAX: the size of the distribution's batch
-    axis (DataParallel: its devices), 1 without a distribution and on the other backends. The loss still runs once,
-    over the global batch (`num_replicas_in_sync` is 1; module docstring, "Backends")."""
-    if keras.backend.backend() != "jax":
-        return 1
-    distribution = keras.distribution.distribution()
-    if distribution is None:
-        return 1
-    mesh, axis = distribution.device_mesh, distribution.batch_dim_name
-    if axis is None or axis not in mesh.axis_names:
-        return 1
-    return int(mesh.shape[list(mesh.axis_names).index(axis)])
-
-
-def replica_share(value, reduction: str | None, global_negatives: bool = False):
-    """A replica's reduced loss scaled for the optimizer's sum over replicas (module docstring, "Reductions").
-
-    Local negatives, or "sum_over_batch_size": divided by R (a mean over b rows / R is the mean over B rows).
-    Global negatives with "sum": undivided (the replicas' sums add up to the global batch's sum).
-    """
-    if reduction in (None, "none"):
-        return value
-    replicas = num_replicas_in_sync()
-    if replicas > 1 and not (global_negatives and reduction == "sum"):
-        value = value / ops.cast(replicas, value.dtype)
-    return value
-
-
-def _rows(start, count):
-    return start + ops.arange(count, dtype="int32")
-
-
-class GlobalBatch:
-    """One replica's view of the global batch: gathers, the replica's offset, its blocks (module docstring).
-
-    Built by `global_batch()` inside a TensorFlow replica context with R > 1; `local` is b, `offset` is r * b.
-    """
-
-    def __init__(self, context, local_rows):
-        self.context = context  # a tf.distribute.ReplicaContext
-        self.replicas = int(context.num_replicas_in_sync)
-        self.local = ops.cast(local_rows, "int32")
-        replica = ops.cast(ops.convert_to_tensor(context.replica_id_in_sync_group), "int32")
-        self.offset = replica * self.local
-        self.size = self.local * self.replicas
-
-    def gather(self, value):
-        """[b, ...] -> [B, ...], the replicas' rows in replica order; differentiable."""
-        return self.context.all_gather(value, axis=0)
-
-    def gather_constant(self, value):
-        """`gather` of a tensor that carries no gradient (labels, relevance)."""
-        return self.context.all_gather(ops.stop_gradient(value), axis=0)
-
-    def own_rows(self, values):
-        """The replica's b entries of a [B, ...] tensor."""
-        return ops.take(values, _rows(self.offset, self.local), axis=0)
-
-    def similarity_blocks(self, y_pred: Mapping) -> tuple:
-        """(S_rows = x_r Y^T [b, B], S_cols = X y_r^T [B, b]) of unit-norm embeddings."""
-        image, text = ops.convert_to_tensor(y_pred["image"]), ops.convert_to_tensor(y_pred["text"])
-        rows = ops.matmul(image, ops.transpose(self.gather(text)))
-        columns = ops.matmul(self.gather(image), ops.transpose(text))
-        return rows, columns
-
-    def positive_blocks(self, image_index=None) -> tuple:
-        """Bool (rows [b, B], columns [B, b]): the pair of a row and its own caption (column offset + p), and with
-        `image_index` every pair of two samples of one image across the whole batch."""
-        mine = _rows(self.offset, self.local)
-        everyone = ops.arange(self.size, dtype="int32")
-        rows = ops.equal(ops.expand_dims(mine, 1), ops.expand_dims(everyone, 0))
-        columns = ops.transpose(rows)
-        if image_index is not None:
-            local_index = ops.reshape(ops.convert_to_tensor(image_index), (-1,))
-            all_index = self.gather_constant(local_index)
-            rows = ops.logical_or(rows, ops.equal(ops.expand_dims(local_index, 1), ops.expand_dims(all_index, 0)))
-            columns = ops.logical_or(columns, ops.equal(ops.expand_dims(all_index, 1),
-                                                        ops.expand_dims(local_index, 0)))
-        return rows, columns
-
-    def check_relevance_rows(self, relevance):
-        """The replica's relevance rows [b, B], refused when they are a replica's own [b, b] block."""
-        relevance = ops.convert_to_tensor(relevance)
-        if len(relevance.shape) != 2:
-            raise ValueError(f"relevance must be [b, B] (this replica's rows of the global batch's relevance); got "
-                             f"shape {relevance.shape}.")
-        rows, width = relevance.shape
-        if width is not None and rows is not None and width != rows * self.replicas:
-            raise ValueError(
-                f"negatives='global' needs each replica's rows of the global batch's relevance, [b, B] = "
-                f"[{rows}, {rows * self.replicas}]; got {relevance.shape} (a replica's own "
-                "block?). kitm's input pipeline gives the rows when it trains with global negatives "
-                "(kitm.data.pipeline.replica_rows).")
-        return relevance
-
-    def relevance_blocks(self, relevance) -> tuple:
-        """(rows [b, B], columns [B, b]) of the relevance, from the replica's rows; no gradient."""
-        rows = ops.stop_gradient(self.check_relevance_rows(relevance))
-        columns = ops.take(self.gather_constant(rows), _rows(self.offset, self.local), axis=1)
-        return rows, columns
-
-    def gather_batch(self, y_true, y_pred: Mapping):
-        """(y_true, y_pred) of the whole global batch: embeddings gathered with their gradients, every [b, ...] label
-        gathered without, the relevance rows [b, B] gathered into the global [B, B]."""
-        y_pred = {key: self.gather(value) for key, value in y_pred.items()}
-        if isinstance(y_true, Mapping):
-            y_true = dict(y_true)
-            if y_true.get("relevance") is not None:
-                y_true["relevance"] = self.check_relevance_rows(y_true["relevance"])
-            y_true = {key: None if value is None else self.gather_constant(ops.convert_to_tensor(value))
-                      for key, value in y_true.items()}
-        return y_true, y_pred
-
-
-def global_batch(y_pred: Mapping) -> GlobalBatch | None:
-    """This replica's `GlobalBatch`, or None where there is nothing to gather: one replica, no replica context (then
-    global and local negatives are the same), or a backend other than TensorFlow, whose loss already sees the global
-    batch (module docstring, "Backends")."""
-    tf = _tensorflow()
-    if tf is None:
-        return None
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync <= 1:
-        return None
-    image = ops.convert_to_tensor(y_pred["image"])
-    return GlobalBatch(context, ops.shape(image)[0])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,9 +24,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from kitm.losses.adaptive_margin import assign_replica_local, replica_local_values
+from kitm.distribute.backend import on_tensorflow
+from kitm.distribute.random_draws import replica_stream_uniform
+from kitm.distribute.replica_local import (assign_replica_local, per_replica_variable, replica_local_values,
+                                           state_variable)
 from kitm.losses.base import RetrievalLoss
-from kitm.losses.global_batch import _tensorflow
 from kitm.losses.ladder import LadderLoss, threshold_levels
 from kitm.ops.similarity import negative_mask
 
@@ -34,12 +36,6 @@ __all__ = ["RelevanceSample", "ReclusterableLadderLoss", "threshold_levels", "th
            "DEFAULT_SAMPLE_SIZE"]
 
 DEFAULT_SAMPLE_SIZE = 4096
-
-
-def _jax_x64() -> bool:
-    import jax
-
-    return bool(jax.config.jax_enable_x64)
 
 
 class RelevanceSample:
@@ -57,24 +53,12 @@ class RelevanceSample:
             raise ValueError(f"size must be an integer >= 2; got {size!r}.")
         self.size = int(size)
         self.seed = int(seed)
-        tf = _tensorflow()
-        if tf is not None:
-            def local(initial, dtype, label, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA):
-                return tf.Variable(tf.cast(initial, dtype), trainable=False, name=f"{name}_{label}",
-                                   synchronization=tf.VariableSynchronization.ON_READ, aggregation=aggregation)
-
-            self.keys = local(tf.fill([self.size], np.inf), tf.float32, "keys")
-            self.values = local(tf.zeros([self.size]), tf.float32, "values")
-            self.offered = local(0, tf.int64, "offered", tf.VariableAggregation.SUM)
-            self.draws = local(0, tf.int64, "draws")
-            self.seed_generator = None
-        else:
-            count = "int64" if keras.backend.backend() != "jax" or _jax_x64() else "int32"
-            self.keys = keras.Variable(np.full(self.size, np.inf, np.float32), trainable=False, name=f"{name}_keys")
-            self.values = keras.Variable(np.zeros(self.size, np.float32), trainable=False, name=f"{name}_values")
-            self.offered = keras.Variable(np.zeros((), count), trainable=False, dtype=count, name=f"{name}_offered")
-            self.draws = keras.Variable(np.zeros((), count), trainable=False, dtype=count, name=f"{name}_draws")
-            self.seed_generator = keras.random.SeedGenerator(self.seed)
+        self.keys = per_replica_variable(np.full(self.size, np.inf, np.float32), f"{name}_keys", "first_replica")
+        self.values = per_replica_variable(np.zeros(self.size, np.float32), f"{name}_values", "first_replica")
+        self.offered = per_replica_variable(np.int64(0), f"{name}_offered", "sum")
+        self.draws = per_replica_variable(np.int64(0), f"{name}_draws", "first_replica")
+        # Off TensorFlow the keys come from a seed generator (`kitm.distribute.random_draws.replica_stream_uniform`).
+        self.seed_generator = None if on_tensorflow() else keras.random.SeedGenerator(self.seed)
 
     @property
     def variables(self) -> list:
@@ -85,17 +69,7 @@ class RelevanceSample:
     def _keys(self, shape):
         """i.i.d. uniform keys: on TensorFlow from the stateless stream of (seed, draw x replicas + replica), as
         kitm always drew them; elsewhere from the seed generator."""
-        tf = _tensorflow()
-        if tf is None:
-            return keras.random.uniform(shape, dtype="float32", seed=self.seed_generator)
-        context = tf.distribute.get_replica_context()
-        if context is None:  # cross-replica context: a single writer
-            replica, replicas = tf.constant(0, tf.int64), 1
-        else:
-            replica, replicas = tf.cast(context.replica_id_in_sync_group, tf.int64), context.num_replicas_in_sync
-        counter = tf.cast(self.draws, tf.int64) * replicas + replica
-        seed = tf.stack([tf.constant(self.seed, tf.int64), counter])
-        return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+        return replica_stream_uniform(shape, self.seed, self.draws, self.seed_generator)
 
     def update(self, values, mask=None) -> None:
         """Offer the entries of `values` where `mask` is True (all of them without a mask)."""
@@ -163,11 +137,7 @@ class ReclusterableLadderLoss(LadderLoss):
                          max_violation=max_violation)
         if not self.thresholds:
             raise ValueError("ReclusterableLadderLoss needs at least one threshold (two ladder levels).")
-        tf = _tensorflow()
-        thresholds = np.asarray(self.thresholds, np.float32)
-        self.threshold_variable = (tf.Variable(thresholds, trainable=False, name=f"{name}_thresholds")
-                                   if tf is not None else
-                                   keras.Variable(thresholds, trainable=False, name=f"{name}_thresholds"))
+        self.threshold_variable = state_variable(np.asarray(self.thresholds, np.float32), f"{name}_thresholds")
         self.relevance_sample = RelevanceSample(sample_size, seed, name=f"{name}_relevance_sample")
 
     @property

@@ -32,6 +32,8 @@ from typing import NamedTuple
 import keras
 from keras import ops
 
+from kitm.distribute.backend import static_rank
+from kitm.distribute.random_draws import seed_stream, uniform_keys
 from kitm.losses.base import shapes_compatible
 
 SAMPLING_MODES = ("hardest", "easiest", "random")
@@ -72,20 +74,15 @@ def _check_axis(axis: int) -> int:
     return axis
 
 
-def _rank(tensor) -> int | None:
-    shape = tensor.shape
-    return getattr(shape, "rank", None) if hasattr(shape, "rank") else len(shape)
-
-
 def _check_mask(negative, like=None, name: str = "negative"):
     negative = ops.convert_to_tensor(negative)
     dtype = keras.backend.standardize_dtype(negative.dtype)
     if dtype != "bool":
         raise ValueError(f"{name} must be a bool mask; got dtype {dtype}.")
-    rank = _rank(negative)
+    rank = static_rank(negative)
     if rank is not None and rank != 2:
         raise ValueError(f"{name} must be a [B, B] matrix; got shape {negative.shape}.")
-    if like is not None and rank is not None and _rank(like) is not None \
+    if like is not None and rank is not None and static_rank(like) is not None \
             and not shapes_compatible(tuple(negative.shape), tuple(like.shape)):
         raise ValueError(f"{name} must have the shape of the scores; got {negative.shape} and {like.shape}.")
     return negative
@@ -93,7 +90,7 @@ def _check_mask(negative, like=None, name: str = "negative"):
 
 def _check_scores(scores, name: str = "scores"):
     scores = ops.convert_to_tensor(scores)
-    rank = _rank(scores)
+    rank = static_rank(scores)
     if rank is not None and rank != 2:
         raise ValueError(f"{name} must be a [B, B] matrix; got shape {scores.shape}.")
     return scores
@@ -142,50 +139,7 @@ def random_negatives(negative, axis: int = 1, seed=None) -> NegativeSample:
     """
     negative = _check_mask(negative)
     axis = _check_axis(axis)
-    return _pick(_uniform_keys(ops.shape(negative), seed), negative, axis)
-
-
-def _uniform_keys(shape, seed):
-    """Uniform float32 keys in [0, 1) of `shape` (`random_negatives`' seeds). The one backend branch here: on
-    TensorFlow the stateful and stateless `tf.random` ops kitm has always drawn with (so that a run's draws stay
-    what they were), elsewhere `keras.random`."""
-    if isinstance(seed, keras.random.SeedGenerator):
-        return keras.random.uniform(shape, dtype="float32", seed=seed)
-    if seed is not None and not isinstance(seed, int):
-        seed = ops.convert_to_tensor(seed)
-        if _rank(seed) != 1 or (seed.shape[0] is not None and seed.shape[0] != 2):
-            raise ValueError(f"seed must be None, an int or a shape [2] integer tensor; got shape {seed.shape}.")
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        if seed is None or isinstance(seed, int):
-            return tf.random.uniform(shape, dtype=tf.float32, seed=seed)
-        return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
-    if seed is not None and not isinstance(seed, int):
-        seed = _seed_tensor(seed)
-    return keras.random.uniform(shape, dtype="float32", seed=seed)
-
-
-def _seed_tensor(seed):
-    """A [2] seed tensor as `keras.random` takes it on the active backend: JAX takes the key array itself (uint32),
-    traced or not; PyTorch (eager) takes an int, here a fixed function of the pair."""
-    if keras.backend.backend() == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(seed, dtype=jnp.uint32)
-    first, second = (int(v) for v in ops.convert_to_numpy(seed))
-    return (first * 1_000_003 + second) % 2**31
-
-
-def seed_stream(seed=None, offset: int = 0):
-    """What a loss keeps to draw random negatives with (`random_negatives`' `seed`): on TensorFlow the op seed
-    itself (`seed + offset`, or None), elsewhere a `keras.random.SeedGenerator` started there, whose state advances
-    with every draw, also inside a traced (jit) step whose state Keras threads through. `offset` gives a second
-    stream that does not repeat the first's draws."""
-    op_seed = None if seed is None else int(seed) + offset
-    if keras.backend.backend() == "tensorflow":
-        return op_seed
-    return keras.random.SeedGenerator(op_seed)
+    return _pick(uniform_keys(ops.shape(negative), seed), negative, axis)
 
 
 def sample_negatives(scores, negative, sampling: str, axis: int = 1, seed=None, hardest_on=True) -> NegativeSample:

@@ -22,6 +22,9 @@ from collections.abc import Mapping
 import keras
 from keras import ops
 
+from kitm.distribute.backend import widest_float
+from kitm.distribute.global_batch import GlobalBatch
+from kitm.distribute.replicas import tensorflow_replica_context
 from kitm.ops.similarity import negative_mask
 
 
@@ -37,7 +40,7 @@ class RelevanceStatistics(keras.metrics.Metric):
 
     def __init__(self, name: str = "relevance", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.accumulator_dtype = _accumulator_dtype()
+        self.accumulator_dtype = widest_float()
         self.sums = {key: self.add_variable(shape=(), initializer="zeros", dtype=self.accumulator_dtype, name=key)
                      for key in ("negative_count", "negative_sum", "negative_squares", "positive_count",
                                  "positive_sum")}
@@ -70,32 +73,18 @@ class RelevanceStatistics(keras.metrics.Metric):
                 f"{self.name}/positive_mean": ops.cast(positive, "float32")}
 
 
-def _accumulator_dtype() -> str:
-    """float64, or float32 on JAX without 64-bit types (which would truncate float64 to it, warning every step)."""
-    if keras.backend.backend() == "jax":
-        import jax
-
-        if not jax.config.jax_enable_x64:
-            return "float32"
-    return "float64"
-
-
 def _replica_rows_of_global_batch(relevance, image_index):
     """(negative mask, positives' relevance) of a replica's [b, B] rows of the global batch's relevance under a
     TensorFlow strategy with several replicas (module docstring), else None. Only TensorFlow's replicas hold a slice
     of the global batch: JAX's `keras.distribution` computes on the global [B, B] array."""
     rows, width = relevance.shape[0], relevance.shape[1]
-    if keras.backend.backend() != "tensorflow" or rows is None or width is None or width == rows:
+    if rows is None or width is None or width == rows:
         return None
-    import tensorflow as tf  # tf.distribute's replica context: TensorFlow's job
-
-    from kitm.losses.global_batch import GlobalBatch
-
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync <= 1:
+    context = tensorflow_replica_context()
+    if context is None:
         return None
-    batch = GlobalBatch(context, tf.shape(relevance)[0])
+    batch = GlobalBatch(context, ops.shape(relevance)[0])
     positives, _ = batch.positive_blocks(image_index)
-    mask = tf.cast(tf.logical_not(positives), tf.float64)
-    diagonal = tf.linalg.diag_part(tf.gather(relevance, batch.offset + tf.range(batch.local), axis=1))
+    mask = ops.cast(ops.logical_not(positives), "float64")
+    diagonal = ops.diagonal(batch.own_columns(relevance))
     return mask, diagonal

@@ -38,7 +38,7 @@ Backends: on TensorFlow the training step is the one above (`train_step`, `compu
 PyTorch Keras' own trainer takes the step over `compute_loss` (keras.ops); the variables losses hand to the model's
 optimizer join `trainable_variables` there (not its saved weights), the losses' own state joins
 `non_trainable_variables` on JAX, and what only the TensorFlow step does is refused at `compile`
-(kitm.models.backend_steps). Global negatives run on TensorFlow (the `tf.distribute` gather) and on JAX, where
+(kitm.distribute.steps). Global negatives run on TensorFlow (the `tf.distribute` gather) and on JAX, where
 `keras.distribution.DataParallel` hands the compiled step the global batch as one sharded array, over which
 `compute_loss` runs once: the step of one device with the whole batch (`kitm.losses.global_batch`; docs/scale.md).
 
@@ -55,22 +55,16 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+from kitm.distribute import steps
+from kitm.distribute.backend import on_tensorflow
+from kitm.distribute.replicas import num_replicas_in_sync, replica_share
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
-from kitm.losses.global_batch import replica_share
-from kitm.models.grad_cache import cached_gradients
-from kitm.models.backend_steps import (jax_train_step, loss_optimizer_groups, loss_state, loss_step_counter,
-                                       refuse_tensorflow_only, with_loss_step_callback)
-from kitm.models.reducible_logs import keras_reducible_logs
 
 
 def _appended(variables: list, extra) -> list:
     """`variables` followed by those of `extra` not among them (by identity), in order."""
     seen = {id(v) for v in variables}
     return variables + [v for v in extra if id(v) not in seen]
-
-
-def _on_tensorflow() -> bool:
-    return keras.backend.backend() == "tensorflow"
 
 
 def _at_least_float32(value):
@@ -82,16 +76,6 @@ def _at_least_float32(value):
 def _l2_normalize(x):
     """x / max(||x||, 1e-6) along the last axis, as tf.math.l2_normalize computes it (epsilon 1e-12 on ||x||^2)."""
     return x * ops.rsqrt(ops.maximum(ops.sum(ops.square(x), axis=-1, keepdims=True), 1e-12))
-
-
-def _replicas() -> int:
-    """Replicas in sync: the tf.distribute strategy's on TensorFlow; 1 on the other backends (the loss runs once over
-    the global batch, also under JAX's keras.distribution: module docstring, "Backends")."""
-    if not _on_tensorflow():
-        return 1
-    import tensorflow as tf
-
-    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def _reduce(values, reduction):
@@ -107,7 +91,7 @@ def _reduce(values, reduction):
 
 def _share(value, reduction, global_negatives=False):
     """`replica_share` (the division by R for the optimizer's sum over replicas); on one replica the value."""
-    return replica_share(value, reduction, global_negatives) if _replicas() > 1 else value
+    return replica_share(value, reduction, global_negatives) if num_replicas_in_sync() > 1 else value
 
 
 @keras.saving.register_keras_serializable(package="kitm")
@@ -186,19 +170,19 @@ class DualEncoder(keras.Model):
                         f"grad_cache_chunk={grad_cache_chunk}: the loss {name!r} ({type(loss).__name__}) trains state "
                         "of its own from each batch (optimizer_groups), which gradient caching cannot replay between "
                         "its two passes; use grad_cache_chunk=0 with it.")
-        if not _on_tensorflow():
-            refuse_tensorflow_only(losses, grad_cache_chunk)
+        if not on_tensorflow():
+            steps.refuse_tensorflow_only(losses, grad_cache_chunk)
         super().compile(optimizer=optimizer, **kwargs)
         self.grad_cache_chunk = int(grad_cache_chunk)
         # The hardest-negative warm-up counts the optimizer's steps; on JAX a counter of the model's, carried with
-        # the losses' state through the stateless step (kitm.models.backend_steps).
-        counter = loss_step_counter(losses, self.optimizer)
+        # the losses' state through the stateless step (kitm.distribute.steps).
+        counter = steps.loss_step_counter(losses, self.optimizer)
         object.__setattr__(self, "_loss_step_counter", counter)
         for loss in losses.values():
             loss.bind_training_step(self.optimizer.iterations if counter is None else counter)
-        groups = loss_optimizer_groups(losses)  # JAX: the losses' own optimizers, applied in jax_train_step
+        groups = steps.loss_optimizer_groups(losses)  # JAX: the losses' own optimizers, applied in jax_train_step
         object.__setattr__(self, "_loss_optimizer_groups", groups)
-        object.__setattr__(self, "_loss_state", loss_state(losses, counter, groups))
+        object.__setattr__(self, "_loss_state", steps.loss_state(losses, counter, groups))
         self.loss_functions = losses
         self.loss_weights_by_name = {name: float(loss_weights.get(name, 1.0)) for name in losses}
         trackers = {f"{name}/{term}": keras.metrics.Mean(name=f"{name}/{term}")
@@ -214,7 +198,7 @@ class DualEncoder(keras.Model):
         object.__setattr__(self, "term_trackers", trackers)
         object.__setattr__(self, "batch_monitors", list(monitors or ()))
         # Other backends: the model's optimizer reaches the losses' variables through `trainable_variables`.
-        object.__setattr__(self, "_loss_variables", [] if _on_tensorflow() else
+        object.__setattr__(self, "_loss_variables", [] if on_tensorflow() else
                            self.loss_variables_for_model_optimizer())
 
     @property
@@ -235,9 +219,9 @@ class DualEncoder(keras.Model):
 
     def fit(self, *args, **kwargs):
         """Keras' fit; on JAX with a hardest-negative warm-up, the losses' step count starts from the optimizer's
-        (kitm.models.backend_steps), after the callbacks' `on_train_begin` (a BackupAndRestore restores it there)."""
+        (kitm.distribute.steps), after the callbacks' `on_train_begin` (a BackupAndRestore restores it there)."""
         if getattr(self, "_loss_step_counter", None) is not None:
-            args, kwargs = with_loss_step_callback(args, kwargs)
+            args, kwargs = steps.with_loss_step_callback(args, kwargs)
         return super().fit(*args, **kwargs)
 
     def loss_variables_for_model_optimizer(self) -> list:
@@ -266,7 +250,7 @@ class DualEncoder(keras.Model):
         coverage = self.term_trackers.get("neighbor_coverage")
         if coverage is not None and isinstance(y, Mapping) and "neighbor_position" in y:
             coverage.update_state(ops.mean(ops.cast(ops.greater_equal(y["neighbor_position"], 0), "float32")))
-        replicas = _replicas()
+        replicas = num_replicas_in_sync()
         for name, loss in self.loss_functions.items():
             terms = loss.compute_terms(y, y_pred)
             for key in getattr(loss, "monitor_names", ()):
@@ -295,67 +279,15 @@ class DualEncoder(keras.Model):
         return total
 
     def train_step(self, *args):
-        """Keras' training step, extended to the variables that losses own (module docstring).
-
-        Under a distribution strategy every optimizer all-reduces its gradients across replicas, as the
-        model's does. Freezing a loss's layer (`layer.trainable = False`) removes its group; as for any
-        Keras freezing, compile again afterwards. On JAX and PyTorch, Keras' own step (module docstring, "Backends").
-        """
-        if not _on_tensorflow():
-            if keras.backend.backend() == "jax":
-                # Traced once per compiled step: a keras.distribution set after compile is checked here too.
-                refuse_tensorflow_only(self.loss_functions, self.grad_cache_chunk)
-                if getattr(self, "_loss_optimizer_groups", None):
-                    return jax_train_step(self, *args)
-            if keras.backend.backend() == "torch":
-                # The losses' variables are no torch module parameters: Keras' step clears the gradients of those
-                # (`Module.zero_grad`) only, so theirs would add up from step to step.
-                for variable in getattr(self, "_loss_variables", ()):
-                    variable.value.grad = None
-            return super().train_step(*args)
-        import tensorflow as tf
-
-        (data,) = args
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        groups, gradients, total, y_pred = self.compute_gradients(x, y, sample_weight)
-        for (optimizer, variables), group in zip(groups, gradients):
-            optimizer.apply_gradients(zip(group, variables))
-        # Keras logs the loss summed over replicas; compute_loss divided it by their number.
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        self._loss_tracker.update_state(total * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        # Shaped so that Keras can average them over several workers (kitm.training.distribution).
-        return keras_reducible_logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+        """Keras' training step, extended to the variables that losses own (module docstring): the backend's step,
+        `kitm.distribute.steps` (kitm's tape on TensorFlow; Keras' trainer on JAX and PyTorch)."""
+        return steps.train_step(self, args, keras_step=super().train_step)
 
     def compute_gradients(self, x, y=None, sample_weight=None):
         """This replica's gradients of the training step, before the optimizers sum them over replicas and apply
         them: (groups [(optimizer, variables)], gradients [one list per group], total loss, y_pred). TensorFlow's
-        step only (module docstring, "Backends")."""
-        import tensorflow as tf
-
-        if self.grad_cache_chunk:
-            return cached_gradients(self, x, y, sample_weight)
-        # A LossScaleOptimizer (mixed_float16; or any optimizer with a loss_scale_factor) takes the gradients of
-        # the scaled loss and unscales them (the LossScaleOptimizer also skips steps whose gradients overflowed).
-        # A loss's own parameters are float32 and reached through float32 ops only, so they take the unscaled
-        # loss's gradients from the same (then persistent) tape.
-        loss_scaling = self._loss_scaling()
-        with tf.GradientTape(persistent=loss_scaling) as tape:
-            y_pred = self(x, training=True)
-            total = self.compute_loss(x, y, y_pred, sample_weight, training=True)
-            scaled = self.optimizer.scale_loss(total)
-        # After the forward pass: without a strategy Keras builds an unbuilt model during the first call.
-        groups = self._optimizer_groups()
-        if loss_scaling:
-            gradients = [tape.gradient(scaled if optimizer is self.optimizer else total, variables)
-                         for optimizer, variables in groups]
-            del tape
-        else:
-            flat = tape.gradient(total, [v for _, variables in groups for v in variables])
-            gradients, start = [], 0
-            for _, variables in groups:
-                gradients.append(flat[start:start + len(variables)])
-                start += len(variables)
-        return groups, gradients, total, y_pred
+        step only (`kitm.distribute.steps.tensorflow_step`)."""
+        return steps.tensorflow_gradients(self, x, y, sample_weight)
 
     def _forward_state(self) -> list:
         """The variables a training forward pass changes: random layers' seed states, batch-norm statistics."""
@@ -391,7 +323,7 @@ class DualEncoder(keras.Model):
         metrics has nothing for that build to create, so the batch is not needed. (TensorFlow's; the other backends
         build as Keras does.)
         """
-        if not _on_tensorflow():
+        if not on_tensorflow():
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         if self.optimizer is not None and not self.optimizer.built and self.loss_variables_for_model_optimizer():
             # Keras' build would build the optimizer over the model's weights alone; it is built over

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kitm.distribute.backend import compiled, on_tensorflow
 from kitm.progress import progress_bar as tqdm
 
 # One compiled encoder per model and image rank (4: images, 5: test-time crops, 2: features): evaluation runs
@@ -51,11 +52,7 @@ def paired_encoder(model, rank: int):
             text = model.encode_text(flat, training=False)
             return encode_images(model, images), text
 
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            encode = tf.function(encode, reduce_retracing=True)
-        per_rank[rank] = encode
+        per_rank[rank] = compiled(encode, reduce_retracing=True)
     return per_rank[rank]
 
 
@@ -67,9 +64,9 @@ def embed_dataset(model, dataset, *, progress: bool = False, total: int | None =
     """
     images, texts, indices = [], [], []
     bar = tqdm(total=total, desc="embedding", unit="image", disable=not progress, leave=False)
-    on_tensorflow = keras.backend.backend() == "tensorflow"
+    tensors_as_they_come = on_tensorflow()
     for batch in dataset:
-        if not on_tensorflow:  # tf.data gives TensorFlow tensors; the other backends take numpy
+        if not tensors_as_they_come:  # tf.data gives TensorFlow tensors; the other backends take numpy
             batch = keras.tree.map_structure(np.asarray, dict(batch))
         encode = paired_encoder(model, len(batch["image"].shape))
         image_embeddings, text_embeddings = encode(batch["image"], batch["tokens"])

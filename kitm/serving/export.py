@@ -27,6 +27,7 @@ import pathlib
 import keras
 import tensorflow as tf
 
+from kitm.distribute.backend import backend_name, on_tensorflow
 from kitm.files import atomic_path
 from kitm.ops.images import decode_pixels, eval_image
 from kitm.serving.versions import next_version, remove_stale_exports
@@ -89,7 +90,7 @@ def _numeric_encoders(archive, model, tokenizer, image_spec):
     model's arithmetic becomes TensorFlow through jax2tf, which takes numbers only: the encoders from token ids and
     from pixels (or features) are endpoints of their own (`encode_tokens`, `encode_pixels`), and the signatures on
     strings tokenize and decode in TensorFlow before calling them."""
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         return (lambda tokens: model.encode_text(tokens, training=False),
                 lambda pixels: model.encode_image(pixels, training=False))
     for resource in _tensorflow_objects(tokenizer):
@@ -131,7 +132,7 @@ def _tensorflow_objects(root, depth: int = 6) -> list:
 
 def _add_string_endpoint(archive, name, fn, input_signature):
     """An endpoint of TensorFlow ops (strings in), added as it is on every backend (no jax2tf)."""
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         archive.add_endpoint(name, fn, input_signature=input_signature)
         return
     function = tf.function(fn, input_signature=input_signature, autograph=False)
@@ -141,8 +142,8 @@ def _add_string_endpoint(archive, name, fn, input_signature):
 
 def _archive(model, tokenizer, *, image_mode: str, image_size: int, eval_crop_fraction: float,
              feature_dim: int | None) -> keras.export.ExportArchive:
-    if keras.backend.backend() not in EXPORT_BACKENDS:  # before Keras' own tracking fails with less to say
-        raise NotImplementedError(f"Export runs on the TensorFlow and JAX backends, not {keras.backend.backend()}: "
+    if backend_name() not in EXPORT_BACKENDS:  # before Keras' own tracking fails with less to say
+        raise NotImplementedError(f"Export runs on the TensorFlow and JAX backends, not {backend_name()}: "
                                   "load the weights under KERAS_BACKEND=tensorflow (or jax) and export there.")
     archive = keras.export.ExportArchive()
     archive.track(model)

@@ -1,8 +1,8 @@
 """kitm.training: how a model is trained beyond its losses. No imports here: import the submodules.
 
 distribution      strategies (one device, MirroredStrategy, MultiWorkerMirroredStrategy from TF_CONFIG), the
-                  per-replica input pipelines, the chief and the other workers' output directories
-keras_distribution  on JAX: --strategy=mirrored as keras.distribution.DataParallel, --cpu_devices as host devices
+                  per-replica input pipelines, the chief and the other workers' output directories (JAX's devices:
+                  kitm.distribute.data_parallel)
 fault_tolerance   BackupAndRestore that resumes a killed run mid-epoch, writes atomically and never backs up NaNs
 reproducibility   seeds and TensorFlow's op determinism
 schedules         learning-rate schedules (step decay, warm-up + cosine)

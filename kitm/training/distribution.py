@@ -53,6 +53,7 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
+from kitm.distribute.replicas import per_replica_batch_size
 from kitm.errors import DistributionError, option
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
@@ -137,12 +138,6 @@ def worker_directory(run_dir: str | os.PathLike, strategy: tf.distribute.Strateg
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def per_replica_batch_size(global_batch: int, replicas: int) -> int:
-    if global_batch % replicas:
-        raise DistributionError(f"{option('batch_size')}={global_batch} must be divisible by the {replicas} replicas.")
-    return global_batch // replicas
 
 
 def steps_per_epoch(num_images: int, samples_per_image: int, global_batch: int, replicas: int,

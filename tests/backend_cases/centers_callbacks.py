@@ -10,7 +10,7 @@ import numpy as np
 from kitm.callbacks.adaptive_margin import AdaptiveMarginCallback
 from kitm.callbacks.checkpoint import finite_weights
 from kitm.callbacks.every_q_batches import to_numpy
-from kitm.callbacks.ladder_recluster import _is_variable
+from kitm.distribute.replica_local import is_variable as _is_variable
 
 
 class _CountingLoss:

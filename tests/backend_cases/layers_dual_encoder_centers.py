@@ -2,7 +2,7 @@
 (Malali & Keller's semantic centres with SGD + momentum, the image-index heads with Adam; kitm.losses.centers) beside
 the triplet, from fixed weights (tests/backend_cases/layers_dual_encoder.py's model and data), one batch a step.
 TensorFlow's step applies each group's optimizer (kitm.models.dual_encoder); on JAX the groups ride in the
-stateless step's state (kitm.models.backend_steps.jax_train_step). Loss history, embeddings, centres, heads and the
+stateless step's state (kitm.distribute.steps.keras_trainers.jax_train_step). Loss history, embeddings, centres, heads and the
 groups' optimizer step counts must be the same.
 """
 

@@ -11,7 +11,7 @@ from run import to_numpy, value_and_gradients
 
 from kitm.layers.flat_projections import flatten_projections
 from kitm.layers.image_encoders import FeatureMLP, SmallConvEncoder
-from kitm.layers.packed_gru import masked_gru, packed_gru
+from kitm.ops.packed_gru import masked_gru, packed_gru
 from kitm.layers.text_encoders import GRUTextEncoder
 
 # Trailing padding (id 0) as kitm's tokenizers write it; one caption of the full width, one without any word, and

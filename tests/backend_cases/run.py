@@ -1,6 +1,13 @@
 """Run a backend case file under the Keras backend of this process and save what it computes.
 
     KERAS_BACKEND=jax python tests/backend_cases/run.py tests/backend_cases/losses_core.py out.npz
+    KERAS_BACKEND=jax python tests/backend_cases/run.py --serve
+
+With ``--serve`` it runs case files one after another as they are asked for, one JSON line on stdin each
+(``{"case": ..., "out": ...}``), answering one line (``ANSWER`` and ``{"ok": true}`` or ``{"ok": false, "error":
+...}``) each:
+the cross-backend tests keep one such interpreter per backend instead of starting one per case file (each start
+imports Keras and the backend again). Each case starts from a cleared Keras session, as in a fresh interpreter.
 
 A case file defines ``cases() -> dict[str, numpy array]``: each entry a value or gradient computed with
 ``keras.ops`` on the active backend from fixed float64 inputs (numpy seeds, never the backend's RNG), so that the
@@ -16,6 +23,8 @@ import os
 import pathlib
 import sys
 
+# This checkout's kitm, not another one installed in the environment (a script's own folder is sys.path[0]).
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[2]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -67,6 +76,7 @@ def value_and_gradients(function, inputs: dict[str, np.ndarray], wrt: tuple[str,
 
 
 def main(case_file: str, out: str) -> None:
+    keras.backend.clear_session()  # layer names and Keras' global state as in a fresh interpreter
     if keras.backend.backend() == "jax":
         import jax
 
@@ -82,5 +92,26 @@ def main(case_file: str, out: str) -> None:
     os.replace(tmp, out)
 
 
+ANSWER = "kitm-case-answer: "  # what starts the answer's line (a case or a library may print lines of its own)
+
+
+def serve() -> None:
+    """Run the case files asked for on stdin, one JSON line each, until stdin closes (module docstring)."""
+    import json
+    import traceback
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            main(request["case"], request["out"])
+            answer = {"ok": True}
+        except BaseException:  # noqa: BLE001 - reported to the test, which fails with it
+            answer = {"ok": False, "error": traceback.format_exc()}
+        print(ANSWER + json.dumps(answer), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        main(sys.argv[1], sys.argv[2])

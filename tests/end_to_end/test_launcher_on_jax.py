@@ -11,12 +11,28 @@ import pytest
 pytest.importorskip("jax")
 
 
-@pytest.mark.slow
-def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_flags, subprocess_env, repo_root,
-                                                          tmp_path):
+# One device's run on JAX, read by two tests: the export's (below) and the two-device comparison's (its baseline).
+# The triplet and the ladder together: a loss that gathers on TensorFlow and one that cannot, both over the global
+# array on JAX.
+ONE_DEVICE = ["--epochs=2", "--eval_every_epochs=2", "--projector_samples=8", "--loss=triplet,ladder"]
+
+
+@pytest.fixture(scope="module")
+def one_device_run(tiny_synthetic, tiny_flags, subprocess_env, repo_root, tmp_path_factory):
     import subprocess
     import sys
 
+    run_dir = tmp_path_factory.mktemp("jax_one_device") / "run"
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
+                           f"--run_dir={run_dir}", *ONE_DEVICE],
+                          env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_the_launcher_trains_evaluates_and_exports_on_jax(one_device_run):
     import tensorflow as tf
 
     from kitm.data import synthetic
@@ -25,12 +41,7 @@ def test_the_launcher_trains_evaluates_and_exports_on_jax(tiny_synthetic, tiny_f
     from kitm.models import DualEncoder
     from kitm.ops.images import decode_image, eval_image
 
-    run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={run_dir}", "--epochs=2", "--eval_every_epochs=2", "--projector_samples=8"],
-                          env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_dir = one_device_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["history"]["loss"]) == 2 and summary["history"]["loss"][1] < summary["history"]["loss"][0]
     assert summary["test"]["t2i_R@10"] > 0 and (run_dir / "export" / "1" / "saved_model.pb").is_file()
@@ -130,32 +141,27 @@ def test_a_run_killed_on_jax_resumes_with_the_planned_steps(tiny_synthetic, tiny
     assert np.isfinite(summary["history"]["loss"]).all()
 
 
-def _launcher_summary(command, run_dir, env, repo_root):
-    import subprocess
-
-    done = subprocess.run(command + [f"--run_dir={run_dir}"], cwd=repo_root, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return json.loads((run_dir / "summary.json").read_text()), done.stdout
-
-
 @pytest.mark.slow
-def test_the_launcher_on_two_jax_devices_trains_as_one_device_with_the_whole_batch(tiny_synthetic, tiny_flags,
-                                                                                    subprocess_env, repo_root,
-                                                                                    tmp_path):
-    """--strategy=mirrored on JAX is keras.distribution.DataParallel (kitm.training.keras_distribution): on 2 host
+def test_the_launcher_on_two_jax_devices_trains_as_one_device_with_the_whole_batch(one_device_run, tiny_synthetic,
+                                                                                    tiny_flags, subprocess_env,
+                                                                                    repo_root, tmp_path):
+    """--strategy=mirrored on JAX is keras.distribution.DataParallel (kitm.distribute.data_parallel): on 2 host
     devices (--cpu_devices=2) the batch's rows are split over them while each loss runs over the global batch, so
-    the run's losses are those of one device with the whole batch: the triplet (global negatives) and the ladder
-    (a loss that cannot gather on TensorFlow, here computed over the global array)."""
+    the run's losses are those of one device with the whole batch (`one_device_run`): the triplet (global negatives)
+    and the ladder (a loss that cannot gather on TensorFlow, here computed over the global array)."""
+    import subprocess
     import sys
 
-    command = [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", "--epochs=2",
-               "--eval_every_epochs=0", "--export=false", "--projector_samples=0", "--loss=triplet,ladder"]
-    env = subprocess_env(KERAS_BACKEND="jax")
-    one, _ = _launcher_summary(command, tmp_path / "one", env, repo_root)
-    two, printed = _launcher_summary(command + ["--strategy=mirrored", "--cpu_devices=2"], tmp_path / "two", env,
-                                     repo_root)
-    assert "2 replica(s); global batch 16" in printed
+    run_dir = tmp_path / "two"
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
+                           f"--run_dir={run_dir}", *ONE_DEVICE, "--export=false", "--strategy=mirrored",
+                           "--cpu_devices=2"],
+                          cwd=repo_root, env=subprocess_env(KERAS_BACKEND="jax"), capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    one = json.loads((one_device_run / "summary.json").read_text())
+    two = json.loads((run_dir / "summary.json").read_text())
+    assert "2 replica(s); global batch 16" in done.stdout
     assert (one["replicas"], two["replicas"]) == (1, 2)
     assert two["flags"]["negatives"] == "global" and one["flags"]["negatives"] == "local"
     assert two["optimizer_steps"] == one["optimizer_steps"] == 12
@@ -170,28 +176,24 @@ def test_the_launcher_on_two_jax_devices_trains_as_one_device_with_the_whole_bat
         np.testing.assert_allclose(two["test"][key], one["test"][key], atol=2.0, err_msg=key)
 
 
-@pytest.mark.parametrize("flags, message", [
+REFUSED_ON_JAX = [
     (["--strategy=mirrored", "--cpu_devices=2", "--negatives=local"],
      "--negatives=local: on the jax backend the 2 devices split one loss computation over the global batch"),
     (["--strategy=mirrored", "--cpu_devices=2", "--batch_size=15"],
      "--batch_size=15 must be divisible by the 2 devices keras.distribution.DataParallel splits it over"),
     (["--strategy=multi_worker"], "--strategy=multi_worker on the JAX backend: several JAX processes need "
                                   "jax.distributed"),
-])
-def test_what_the_launcher_cannot_distribute_on_jax_is_one_line_naming_the_flag(flags, message, tiny_synthetic,
-                                                                                tiny_flags, subprocess_env, repo_root,
-                                                                                tmp_path):
-    import subprocess
-    import sys
+]
 
-    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={tmp_path / 'run'}", "--epochs=1", "--export=false", *flags],
-                          cwd=repo_root, env=subprocess_env(KERAS_BACKEND="jax"), capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode != 0
-    assert f"kitm.launch: error: {message}" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not (tmp_path / "run" / "summary.json").exists()
+def test_what_the_launcher_cannot_distribute_on_jax_is_one_line_naming_the_flag(tiny_synthetic, tiny_flags,
+                                                                                launch_refused_on, tmp_path):
+    argument_lists = [[*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path / f'run{i}'}",
+                       "--epochs=1", "--export=false", *flags] for i, (flags, _) in enumerate(REFUSED_ON_JAX)]
+    for i, ((flags, message), outcome) in enumerate(zip(REFUSED_ON_JAX, launch_refused_on("jax", argument_lists))):
+        assert outcome["code"] == 2, (flags, outcome)
+        assert f"kitm.launch: error: {message}" in outcome["stderr"], (flags, outcome)
+        assert "Traceback" not in outcome["stderr"]
+        assert not (tmp_path / f"run{i}" / "summary.json").exists()
 
 
 def test_a_run_in_a_python_process_leaves_its_keras_distribution_as_it_found_it(subprocess_env, repo_root, tmp_path):

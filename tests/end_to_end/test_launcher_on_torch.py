@@ -43,7 +43,7 @@ def test_the_launcher_trains_and_evaluates_on_pytorch(tiny_synthetic, tiny_flags
     assert np.isfinite(text).all() and np.linalg.norm(text) == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.parametrize("flags, message", [
+REFUSED_ON_TORCH = [
     ([], "--export: the SavedModel export runs on the TensorFlow and JAX backends, not on torch (Keras cannot "
          "trace a torch model into TensorFlow). Train here with --export=false"),
     (["--export=false", "--cpu_devices=2"], "--cpu_devices=2 on the torch backend: the launcher splits the CPU into "
@@ -52,14 +52,16 @@ def test_the_launcher_trains_and_evaluates_on_pytorch(tiny_synthetic, tiny_flags
                                                     "distributes with tf.distribute on TensorFlow and "
                                                     "keras.distribution.DataParallel on JAX; use --strategy=default "
                                                     "here, or KERAS_BACKEND=tensorflow."),
-])
+]
+
+
 def test_what_the_launcher_cannot_do_on_pytorch_is_refused_before_the_run_naming_the_flag(
-        flags, message, tiny_synthetic, tiny_flags, subprocess_env, repo_root, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={tmp_path / 'run'}", "--epochs=1", *flags],
-                          env=subprocess_env(KERAS_BACKEND="torch"), cwd=repo_root, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 2
-    assert f"kitm.launch: error: {message}" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not (tmp_path / "run").exists()
+        tiny_synthetic, tiny_flags, launch_refused_on, tmp_path):
+    argument_lists = [[*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path / f'run{i}'}",
+                       "--epochs=1", *flags] for i, (flags, _) in enumerate(REFUSED_ON_TORCH)]
+    for i, ((flags, message), outcome) in enumerate(zip(REFUSED_ON_TORCH, launch_refused_on("torch",
+                                                                                            argument_lists))):
+        assert outcome["code"] == 2, (flags, outcome)
+        assert f"kitm.launch: error: {message}" in outcome["stderr"], (flags, outcome)
+        assert "Traceback" not in outcome["stderr"]
+        assert not (tmp_path / f"run{i}").exists()

@@ -4,7 +4,7 @@ and its SavedModel serves raw captions, empty batches included.
 The learning rate is tiny on purpose: Adam divides each gradient by its own running scale, so a gradient that is
 0 in one recurrence and 1e-12 (rounding) in the other becomes a full step of different sign; at a normal rate the
 two runs' epoch losses drift apart by about 0.1% after six steps without either being wrong (the one-step
-gradients agree to about 2e-6 in float32: tests/layers/test_packed_gru.py)."""
+gradients agree to about 2e-6 in float32: tests/ops/test_packed_gru.py)."""
 
 import json
 

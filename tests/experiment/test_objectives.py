@@ -111,25 +111,25 @@ def test_an_objective_module_that_cannot_be_imported_is_named():
 
 @pytest.mark.slow
 def test_the_launcher_trains_a_users_loss_from_its_objective_module(tiny_synthetic, tiny_flags, subprocess_env,
-                                                                    repo_root, tmp_path):
-    """A loss defined in the user's package, loaded by --objective_module, gathering global negatives on 2 CPU devices."""
+                                                                    launch_refused_on, repo_root, tmp_path):
+    """A loss defined in the user's package, loaded by --objective_module, gathering global negatives on 2 CPU devices;
+    refused, naming the flag, where it cannot gather or is not loaded."""
     env = dict(subprocess_env(), PYTHONPATH=f"{repo_root}:{PACKAGE}")
-
-    def launch(*flags):
-        return subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                               "--epochs=1", "--eval_every_epochs=0", "--projector_samples=0", "--export=false",
-                               *flags], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-
-    done = launch(f"--run_dir={tmp_path / 'run'}", "--objective_module=kitm_test_objectives",
-                  "--loss=double_margin,triplet", "--loss_weights=1,0.5", "--negatives=global",
-                  "--strategy=mirrored", "--cpu_devices=2")
+    common = [*tiny_flags, f"--data_dir={tiny_synthetic}", "--epochs=1", "--eval_every_epochs=0",
+              "--projector_samples=0", "--export=false"]
+    done = subprocess.run([sys.executable, "-m", "kitm.launch", *common, f"--run_dir={tmp_path / 'run'}",
+                           "--objective_module=kitm_test_objectives", "--loss=double_margin,triplet",
+                           "--loss_weights=1,0.5", "--negatives=global", "--strategy=mirrored", "--cpu_devices=2"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["replicas"] == 2
     history = summary["history"]
     assert "double_margin/i2t" in history and "triplet/i2t" in history, sorted(history)
-    refused = launch(f"--run_dir={tmp_path / 'refused'}", "--objective_module=kitm_test_objectives",
-                     "--loss=local_only", "--negatives=global")
-    assert refused.returncode != 0 and "--loss=local_only cannot gather the other replicas' rows" in refused.stderr
-    unknown = launch(f"--run_dir={tmp_path / 'unknown'}", "--loss=double_margin")
-    assert unknown.returncode != 0 and "unknown loss ['double_margin']" in unknown.stderr
+    # In one interpreter, the unknown loss first: the module, once imported, has registered it.
+    unknown, refused = launch_refused_on("tensorflow", [
+        [*common, f"--run_dir={tmp_path / 'unknown'}", "--loss=double_margin"],
+        [*common, f"--run_dir={tmp_path / 'refused'}", "--objective_module=kitm_test_objectives", "--loss=local_only",
+         "--negatives=global"]], python_path=[PACKAGE])
+    assert unknown["code"] == 2 and "unknown loss ['double_margin']" in unknown["stderr"], unknown
+    assert refused["code"] == 2 and "--loss=local_only cannot gather the other replicas' rows" in refused["stderr"]

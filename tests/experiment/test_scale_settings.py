@@ -43,7 +43,7 @@ def test_global_negatives_with_a_loss_that_cannot_gather_are_refused_by_name():
     (["angular"], "global", 4, "global"),
 ])
 def test_on_devices_that_one_loss_spans_the_negatives_are_global(loss, negatives, devices, resolved):
-    """JAX's keras.distribution (kitm.training.keras_distribution): every loss runs over the global batch."""
+    """JAX's keras.distribution (kitm.distribute.data_parallel): every loss runs over the global batch."""
     config = resolve_negatives(_config(loss=loss, negatives=negatives), devices, whole_batch=True)
     assert config.training.negatives == resolved
 

@@ -8,7 +8,8 @@ from typing import Mapping
 import keras
 from keras import ops
 
-from kitm.losses.base import RetrievalLoss, known_values, shapes_compatible
+from kitm.distribute.checks import check_index_range
+from kitm.losses.base import RetrievalLoss, shapes_compatible
 
 
 def _positive_int(name: str, value) -> int:
@@ -68,19 +69,9 @@ def _image_index(y_true, num_images: int, loss_name: str):
     # JAX clips or fills, and keras.ops.take wraps negative indices): say which input is wrong instead.
     too_small, too_large = (f"{loss_name}: y_true['image_index'] must be >= 0",
                             f"{loss_name}: y_true['image_index'] must be < num_images={num_images}")
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # TensorFlow's graph-mode asserts: the check also runs inside tf.function
-
-        tf.debugging.assert_non_negative(index, message=too_small)
-        tf.debugging.assert_less(index, num_images, message=too_large)
-        return index
-    values = known_values(index)
-    if values is not None:
-        if values.size and values.min() < 0:
-            raise ValueError(f"{too_small}; got {values.min()}.")
-        if values.size and values.max() >= num_images:
-            raise ValueError(f"{too_large}; got {values.max()}.")
-        return index
+    checked = check_index_range(index, num_images, lower_message=too_small, upper_message=too_large)
+    if checked.checked:
+        return checked.values
     # Traced (JAX under jit, torch.compile) or on an accelerator (torch: reading it would wait for the device): send
     # every invalid index to num_images, one past the table, so that JAX's gather fills its row with NaN and
     # torch's raises, rather than reading another image's centre.

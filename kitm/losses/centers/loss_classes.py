@@ -9,6 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kitm.distribute.replicas import num_replicas_in_sync
 from kitm.layers.quantized_centers import SoftmaxQuantizedCenters
 from kitm.losses.base import RetrievalLoss
 from kitm.losses.centers.checks import _embeddings, _image_index, _non_negative, _positive_int
@@ -17,16 +18,6 @@ from kitm.losses.centers.parameters import (ImageIndexHeads, SemanticCenters, _o
 from kitm.losses.centers.terms import (DEFAULT_DELTA, DEFAULT_REPULSION_CHUNK, _center_gradient_scale,
                                        index_cross_entropy_terms, quantized_center_terms, scale_gradient,
                                        semantic_center_terms)
-
-
-def _replicas_in_sync() -> int:
-    """The replicas that each compute the loss on their share of the batch: TensorFlow's strategy in scope (1
-    outside one). JAX's `keras.distribution` and PyTorch compute the loss once on the global batch: 1."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # tf.distribute is TensorFlow's job; imported only on its backend
-
-        return tf.distribute.get_strategy().num_replicas_in_sync
-    return 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,7 +159,7 @@ class QuantizedCenterLoss(_OwnsParameters, RetrievalLoss):
             repulsion_weight=self.repulsion_weight, chunk_size=self.chunk_size)
         # The repulsion is one term per batch, not per row: each of R replicas charges 1/R of it, so that the
         # replicas together weigh it as one device does on the global batch.
-        replicas = _replicas_in_sync()
+        replicas = num_replicas_in_sync()
         return {"image": image_term, "text": text_term, "repulsion": repulsion / replicas}
 
     def get_config(self):

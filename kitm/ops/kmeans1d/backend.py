@@ -18,26 +18,15 @@ TensorFlow is imported only when it is the Keras backend.
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 from keras import ops
 
-
-def _is_tensorflow() -> bool:
-    return keras.backend.backend() == "tensorflow"
-
-
-def static_rank(values) -> int | None:
-    """The rank of `values`, None where unknown (a TensorFlow graph with unknown rank)."""
-    shape = values.shape
-    if _is_tensorflow() and getattr(shape, "rank", 0) is None:
-        return None
-    return len(shape)
+from kitm.distribute.backend import backend_name, on_tensorflow
 
 
 def checked(x, valid, k_max: int, cols_known: bool, mask_given: bool):
     """x after the run-time checks: the values where clustered are finite, cols >= k_max, mask shape."""
-    if _is_tensorflow():
+    if on_tensorflow():
         import tensorflow as tf
 
         x = tf.ensure_shape(x, [None, None])  # checks the rank at run time when unknown now
@@ -65,7 +54,7 @@ def checked(x, valid, k_max: int, cols_known: bool, mask_given: bool):
 def compiled(run, jit_compile: bool):
     """`run(x float64 [rows, cols], valid bool [rows, cols], seed word int32 [])` compiled for the backend (module
     docstring)."""
-    backend = keras.backend.backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -85,7 +74,7 @@ def compiled(run, jit_compile: bool):
 
 def set_shape(tensor, shape) -> None:
     """Keep the static shape TensorFlow's shape-agnostic trace loses (no-op elsewhere: shapes are static)."""
-    if _is_tensorflow():
+    if on_tensorflow():
         tensor.set_shape(shape)
 
 
@@ -94,7 +83,7 @@ def map_chunks(fn, inputs, max_table_elements: int, out_dtypes, out_ranks):
 
     `out_dtypes`/`out_ranks`: the dtypes and ranks of fn's outputs (TensorFlow's map_fn needs them up front).
     """
-    if _is_tensorflow():
+    if on_tensorflow():
         return _map_chunks_tf(fn, inputs, max_table_elements, out_dtypes, out_ranks)
     x = inputs[0]
     rows, cols = int(x.shape[0]), int(x.shape[1])

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import keras
 from keras import ops
 
+from kitm.distribute.backend import static_rank
 from kitm.ops.kmeans1d import backend as _backend
 from kitm.ops.kmeans1d.seeding import _uniform_draws, seed_word
 from kitm.ops.kmeans1d.solve import _solve
@@ -158,7 +159,7 @@ def _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, se
     dtype = keras.backend.standardize_dtype(values.dtype)
     if "float" not in dtype:
         raise TypeError(f"values must be a float tensor, got dtype {dtype}")
-    rank = _backend.static_rank(values)
+    rank = static_rank(values)
     if rank is not None and rank != 2:
         raise ValueError(f"values must be 2-D [rows, cols], got shape {tuple(values.shape)}")
     cols = values.shape[1] if rank is not None else None

@@ -1,4 +1,4 @@
-"""kitm.layers.packed_gru against a numpy GRU written from the cell's equations, and against Keras' masked GRU on
+"""kitm.ops.packed_gru against a numpy GRU written from the cell's equations, and against Keras' masked GRU on
 the same weights (GRUTextEncoder's two recurrences)."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from kitm.layers import GRUTextEncoder
-from kitm.layers.packed_gru import packed_gru
+from kitm.ops.packed_gru import packed_gru
 
 
 def _sigmoid(x):

@@ -26,13 +26,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from kitm.losses.global_batch import data_parallel_devices
+from kitm.distribute.backend import backend_name, on_jax
+from kitm.distribute.replicas import data_parallel_devices
 
 
 def refuse_tensorflow_only(losses, grad_cache_chunk) -> None:
     """compile on JAX / PyTorch: the training features whose step is TensorFlow's only, and the negatives the
     backend cannot give (kitm.models.dual_encoder's docstring, "Backends")."""
-    backend = keras.backend.backend()
+    backend = backend_name()
     if grad_cache_chunk:
         raise NotImplementedError(
             f"grad_cache_chunk={grad_cache_chunk}: gradient caching is implemented on the TensorFlow backend only, "
@@ -65,7 +66,7 @@ def refuse_tensorflow_only(losses, grad_cache_chunk) -> None:
 def loss_step_counter(losses, optimizer):
     """On JAX, with a loss that has a hardest-negative warm-up: a non-trainable integer variable holding the
     optimizer's step count (module docstring); None elsewhere (the losses read `optimizer.iterations`)."""
-    if keras.backend.backend() != "jax" or not any(getattr(loss, "hardest_warmup_steps", 0)
+    if not on_jax() or not any(getattr(loss, "hardest_warmup_steps", 0)
                                                    for loss in losses.values()):
         return None
     iterations = optimizer.iterations
@@ -75,7 +76,7 @@ def loss_step_counter(losses, optimizer):
 
 def loss_optimizer_groups(losses) -> list:
     """On JAX, every loss's `[(optimizer, variables)]` (`optimizer_groups()`, its optimizers built); [] elsewhere."""
-    if keras.backend.backend() != "jax":
+    if not on_jax():
         return []
     groups = []
     for loss in losses.values():
@@ -91,7 +92,7 @@ def loss_state(losses, counter=None, groups=()) -> list:
     """On JAX, the variables the losses read and update in a step (their `non_trainable_variables`, the step
     counter, their own trainable groups and those groups' optimizers' variables), once each; [] elsewhere, where
     the variables are updated in place."""
-    if keras.backend.backend() != "jax":
+    if not on_jax():
         return []
     state = [counter] if counter is not None else []
     for loss in losses.values():

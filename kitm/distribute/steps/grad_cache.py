@@ -6,7 +6,7 @@ loss over the whole batch (global negatives included) and its gradient g with re
 each chunk again under a tape and takes the gradient of <embeddings, g>, summed over the chunks: by the chain rule
 the gradient of the loss, with one chunk's activations held. Layer state a forward pass changes (random seeds,
 batch-norm statistics) is put back before the second pass, so it recomputes exactly the first's embeddings.
-TensorFlow only (the backends' refusal: kitm.models.backend_steps). docs/scale.md, "Gradient caching".
+TensorFlow only (the other backends refuse it: kitm.distribute.steps.keras_trainers). docs/scale.md, "Gradient caching".
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ recurrences are interchangeable on the same checkpoint (docs/performance.md, "Fa
     h' = z * h + (1 - z) * g
 
 A row's final state is its state after its last real token; a row without tokens keeps the zero state, as a fully
-masked row of Keras' GRU does. The two recurrences agree to float rounding (tests/layers/test_packed_gru.py; in
+masked row of Keras' GRU does. The two recurrences agree to float rounding (tests/ops/test_packed_gru.py; in
 float32 outputs to about 1e-8, gradients to about 2e-6): the products see the same operands in other groupings,
 so the last bits may differ.
 
@@ -27,8 +27,9 @@ masked recurrence over every row (`masked_gru`, keras.ops), equal to float round
 
 from __future__ import annotations
 
-import keras
 from keras import ops
+
+from kitm.distribute.backend import tensorflow_module
 
 
 def packed_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = False):
@@ -38,9 +39,9 @@ def packed_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = 
     `reset_after=True` holds them. `reverse`: each row read from its last real token back to its first (the backward
     half of a bidirectional GRU).
     """
-    if keras.backend.backend() != "tensorflow":
+    tf = tensorflow_module()  # the packed loop itself is TensorFlow's (module docstring)
+    if tf is None:
         return masked_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse=reverse)
-    import tensorflow as tf  # the packed loop itself is TensorFlow's (module docstring)
 
     inputs = tf.convert_to_tensor(inputs)
     lengths = tf.cast(lengths, tf.int32)

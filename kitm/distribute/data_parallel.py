@@ -11,7 +11,7 @@ On TensorFlow the launcher's strategies are `tf.distribute` ones (`kitm.training
 Under DataParallel one `tf.data` pipeline yields the global batch B (with its [B, B] relevance, as on one device);
 Keras' JAX trainer splits its rows over the D devices and XLA shards the step. The losses run once over the global
 array, so every anchor meets all B - 1 negatives: global negatives, the step of one device with the whole batch
-(`kitm.models.dual_encoder`, "Backends"; `kitm.losses.global_batch.data_parallel_devices` reads D back). B must be a
+(`kitm.models.dual_encoder`, "Backends"; `kitm.distribute.replicas.data_parallel_devices` reads D back). B must be a
 multiple of D. The TensorFlow side (the input pipeline, the SavedModel export) keeps its default strategy.
 """
 
@@ -22,14 +22,11 @@ import re
 
 import keras
 
+from kitm.distribute.backend import backend_name
+from kitm.distribute.replicas import per_replica_batch_size
 from kitm.errors import DistributionError, option
 
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-
-
-def on_tensorflow() -> bool:
-    """Whether Keras runs on TensorFlow, where the launcher's strategies are `tf.distribute` ones."""
-    return keras.backend.backend() == "tensorflow"
 
 
 def split_host_devices(num_devices: int) -> None:
@@ -39,7 +36,7 @@ def split_host_devices(num_devices: int) -> None:
     change it)."""
     if num_devices < 1:
         return
-    backend = keras.backend.backend()
+    backend = backend_name()
     if backend != "jax":
         raise DistributionError(
             f"{option('cpu_devices')}={num_devices} on the {backend} backend: the launcher splits the CPU into "
@@ -61,7 +58,7 @@ def split_host_devices(num_devices: int) -> None:
 def set_data_parallel(strategy: str) -> int:
     """Set the distribution `strategy` names on a backend other than TensorFlow (module docstring); the number of
     devices the batch's rows are split over (1: none set)."""
-    backend = keras.backend.backend()
+    backend = backend_name()
     if strategy == "default":
         return 1
     if backend != "jax":
@@ -80,18 +77,6 @@ def set_data_parallel(strategy: str) -> int:
     return len(devices)
 
 
-def batch_replicas(strategy) -> int:
-    """The replicas the global batch's rows are split over: the `tf.distribute` strategy's on TensorFlow, the
-    devices of `keras.distribution` elsewhere (1 without one)."""
-    if on_tensorflow():
-        return int(strategy.num_replicas_in_sync)
-    from kitm.losses.global_batch import data_parallel_devices
-
-    return data_parallel_devices()
-
-
 def check_batch(global_batch: int, devices: int) -> None:
     """The global batch splits evenly over the devices (Keras' JAX trainer shards its rows)."""
-    if global_batch % devices:
-        raise DistributionError(f"{option('batch_size')}={global_batch} must be divisible by the {devices} devices "
-                                "keras.distribution.DataParallel splits it over.")
+    per_replica_batch_size(global_batch, devices, "devices keras.distribution.DataParallel splits it over")
