@@ -47,7 +47,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kitm.distribute.backend import loaded_tensorflow
 from kitm.errors import CliError, KitmError, OneLineArgumentParser
 from kitm.eval.matrix_io import load_matrix, save_matrix
 from kitm.eval.relevance_sources import CIDER_NORMALIZATIONS, RELEVANCE_SOURCES, RelevanceUnavailable
@@ -467,6 +466,9 @@ def _handled_errors() -> tuple[type[BaseException], ...]:
     from kitm.eval.eccv import EccvCaptionUnavailable
 
     handled: list[type[BaseException]] = [CliError, ValueError, OSError, RelevanceUnavailable, EccvCaptionUnavailable]
+    # Imported here: the seam imports Keras (and so TensorFlow), which this command imports after quieting its log.
+    from kitm.distribute.backend import loaded_tensorflow
+
     tf = loaded_tensorflow()
     if tf is not None and hasattr(tf, "errors"):
         handled.append(tf.errors.OpError)

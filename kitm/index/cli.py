@@ -18,7 +18,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kitm.distribute.backend import loaded_tensorflow
 from kitm.errors import CliError, KitmError, OneLineArgumentParser
 from kitm.files import no_room_error
 from kitm.index.build import DEFAULT_CHUNK, BuildOptions
@@ -109,6 +108,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _handled_errors() -> tuple[type[BaseException], ...]:
     handled: list[type[BaseException]] = [CliError, ValueError, OSError]
+    # Imported here: the seam imports Keras (and so TensorFlow), which this command imports after quieting its log.
+    from kitm.distribute.backend import loaded_tensorflow
+
     tf = loaded_tensorflow()
     if tf is not None and hasattr(tf, "errors"):
         handled.append(tf.errors.OpError)
