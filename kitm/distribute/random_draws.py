@@ -11,7 +11,6 @@ import keras
 from keras import ops
 
 from kitm.distribute.backend import on_jax, static_rank, tensorflow_module
-from kitm.distribute.replica_local import replica_id_and_count
 
 __all__ = ["seed_stream", "uniform_keys", "replica_stream_uniform"]
 
@@ -64,6 +63,10 @@ def replica_stream_uniform(shape, seed: int, draws, seed_generator=None):
     tf = tensorflow_module()
     if tf is None:
         return keras.random.uniform(shape, dtype="float32", seed=seed_generator)
-    replica, replicas = replica_id_and_count()
+    context = tf.distribute.get_replica_context()
+    if context is None:  # cross-replica context: a single writer
+        replica, replicas = tf.constant(0, tf.int64), 1
+    else:
+        replica, replicas = tf.cast(context.replica_id_in_sync_group, tf.int64), context.num_replicas_in_sync
     counter = tf.cast(draws, tf.int64) * replicas + replica
     return tf.random.stateless_uniform(shape, seed=tf.stack([tf.constant(seed, tf.int64), counter]), dtype=tf.float32)

@@ -4,7 +4,7 @@ Under TensorFlow's `tf.distribute` each replica runs the step: a counter that ea
 sync-on-read variable (`synchronization=ON_READ`), one copy a replica, written by its own replica only, whose
 cross-replica read aggregates the copies (SUM, or the first replica's copy). On JAX and PyTorch one step sees the
 global batch, so such a variable is a plain Keras variable, one copy (on JAX listed in the state a stateless step
-carries: `kitm.distribute.jax_step`). Callbacks read and set every copy with `replica_local_values` and
+carries: `kitm.distribute.steps.keras_trainers`). Callbacks read and set every copy with `replica_local_values` and
 `assign_replica_local`.
 """
 
@@ -17,7 +17,7 @@ from keras import ops
 from kitm.distribute.backend import tensorflow_module, widest_integer
 
 __all__ = ["AGGREGATIONS", "per_replica_variable", "state_variable", "replica_local_values", "assign_replica_local",
-           "replica_id_and_count", "is_variable"]
+           "is_variable"]
 
 AGGREGATIONS = ("sum", "first_replica")
 
@@ -93,16 +93,6 @@ def assign_replica_local(variable, values) -> None:
         values = [values] * len(local)
     for copy, value in zip(local, values):
         copy.assign(ops.cast(value, copy.dtype))
-
-
-def replica_id_and_count():
-    """(this replica's id as an int64 tensor, the replicas in sync) inside a TensorFlow step; (0, 1) in a
-    cross-replica context and on the other backends (one step over the global batch)."""
-    tf = tensorflow_module()
-    context = None if tf is None else tf.distribute.get_replica_context()
-    if context is None:
-        return ops.convert_to_tensor(0, "int64" if tf is not None else widest_integer()), 1
-    return tf.cast(context.replica_id_in_sync_group, tf.int64), context.num_replicas_in_sync
 
 
 def is_variable(value) -> bool:

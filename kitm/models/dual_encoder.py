@@ -89,11 +89,6 @@ def _reduce(values, reduction):
     return reduce_per_row(values, reduction)  # raises its error for an unknown reduction
 
 
-def _share(value, reduction, global_negatives=False):
-    """`replica_share` (the division by R for the optimizer's sum over replicas); on one replica the value."""
-    return replica_share(value, reduction, global_negatives) if num_replicas_in_sync() > 1 else value
-
-
 @keras.saving.register_keras_serializable(package="kitm")
 class DualEncoder(keras.Model):
     """`call({"image": images or features, "tokens": token ids})` -> `{"image": [B, D], "text": [B, D]}`.
@@ -263,7 +258,7 @@ class DualEncoder(keras.Model):
                 value = ops.cast(_reduce(values, loss.reduction), total.dtype)
                 # Gradients are summed across replicas: like Keras' own losses each replica's value is divided by
                 # R, except a "sum" loss with global negatives, whose replicas' values add up to the global batch's.
-                share = _share(value, loss.reduction, global_negatives)
+                share = replica_share(value, loss.reduction, global_negatives)
                 # Logged so that the mean over replicas is the global batch's value under global negatives.
                 logged = value * replicas if global_negatives and loss.reduction == "sum" else value
                 self.term_trackers[f"{name}/{term}"].update_state(logged)
@@ -272,7 +267,7 @@ class DualEncoder(keras.Model):
             monitor.update_state(y, y_pred)
         if self.losses:  # layer regularisers, divided by R like Keras' own losses
             regularisers = ops.sum(ops.stack([ops.cast(l, total.dtype) for l in self.losses]))
-            total = total + (scale_for_replicas(regularisers, "sum") if replicas > 1 else regularisers)
+            total = total + scale_for_replicas(regularisers, "sum")
         counter = getattr(self, "_loss_step_counter", None)
         if counter is not None and training:  # JAX: the losses' count of training steps (`compile`)
             counter.assign_add(ops.ones((), counter.dtype))
