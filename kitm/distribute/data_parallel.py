@@ -6,7 +6,8 @@ On TensorFlow the launcher's strategies are `tf.distribute` ones (`kitm.training
     default        one device, no distribution (as before)
     mirrored       `keras.distribution.DataParallel` over every JAX device (all local GPUs, or `--cpu_devices`
                    host devices: `XLA_FLAGS=--xla_force_host_platform_device_count`, set before JAX starts)
-    multi_worker   refused: several JAX processes need `jax.distributed.initialize`, which the launcher does not do
+    multi_worker   `keras.distribution.DataParallel` over every device of several JAX processes, which have joined
+                   before JAX started (`kitm.distribute.processes`); each process's pipeline feeds its own rows
 
 Under DataParallel one `tf.data` pipeline yields the global batch B (with its [B, B] relevance, as on one device);
 Keras' JAX trainer splits its rows over the D devices and XLA shards the step. The losses run once over the global
@@ -67,13 +68,13 @@ def set_data_parallel(strategy: str) -> int:
             f"{option('strategy')}={strategy} on the {backend} backend: the launcher distributes with tf.distribute "
             f"on TensorFlow and keras.distribution.DataParallel on JAX; use {option('strategy')}=default here, or "
             f"{where}.")
-    if strategy != "mirrored":
-        raise DistributionError(
-            f"{option('strategy')}={strategy} on the JAX backend: several JAX processes need jax.distributed, which "
-            f"the launcher does not start; use {option('strategy')}=mirrored (all of this machine's devices) or "
-            "KERAS_BACKEND=tensorflow with the multi-worker strategy.")
-    devices = keras.distribution.list_devices()
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    if strategy not in ("mirrored", "multi_worker"):
+        raise DistributionError(f"{option('strategy')}={strategy}: expected default, mirrored or multi_worker.")
+    devices = keras.distribution.list_devices()  # every process's, once the processes have joined
+    # Across processes each process's pipeline already yields its own rows of the global batch (the launcher's
+    # input, kitm.experiment.training_run), so Keras must not shard the dataset again.
+    keras.distribution.set_distribution(keras.distribution.DataParallel(
+        devices=devices, auto_shard_dataset=strategy != "multi_worker"))
     return len(devices)
 
 

@@ -257,7 +257,20 @@ class TrainingConfig(_Section):
     strategy: Literal["default", "mirrored", "multi_worker"] = setting("default", help=(
         "default: one device; mirrored: all local GPUs (or --cpu_devices logical CPUs); multi_worker: "
         "MultiWorkerMirroredStrategy over the cluster in the TF_CONFIG environment variable. On JAX, mirrored is "
-        "keras.distribution.DataParallel over every JAX device, and multi_worker is refused (docs/backends.md)."))
+        "keras.distribution.DataParallel over every JAX device, multi_worker over every device of several JAX "
+        "processes (--coordinator_address, --num_processes, --process_id, or Keras' KERAS_DISTRIBUTION_* "
+        "variables, or TF_CONFIG). docs/scale.md."))
+    coordinator_address: str = setting("", help=(
+        "JAX, --strategy=multi_worker: host:port where process 0 coordinates the processes (with --num_processes "
+        "and --process_id; empty: Keras' KERAS_DISTRIBUTION_* variables or TF_CONFIG say)."))
+    num_processes: int = setting(0, lower=0, help=(
+        "JAX, --strategy=multi_worker: how many processes train together (0: from the environment)."))
+    process_id: int = setting(-1, lower=-1, help=(
+        "JAX, --strategy=multi_worker: this process's index, 0 .. --num_processes - 1; 0 coordinates and writes "
+        "the run directory (-1: from the environment)."))
+    coordinator_timeout: int = setting(300, lower=1, help=(
+        "JAX, --strategy=multi_worker: seconds a process waits for the coordinator and the other processes before "
+        "it stops, naming the address."))
     negatives: Negatives = setting("auto", help=(
         "Negatives of the contrastive, triplet and SAM losses under several replicas: global (every row of the global "
         "batch, gathered from the other replicas with their gradients: the step of one device with the whole batch), "

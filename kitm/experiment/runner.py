@@ -33,7 +33,8 @@ from kitm.experiment import datasets
 from kitm.experiment.config import ExperimentConfig
 from kitm.experiment import encoders
 from kitm.experiment.objectives import total_epochs, uses_center_phases
-from kitm.experiment.training_run import SUMMARY_FILE, train_evaluate_export
+from kitm.experiment.run_outputs import SUMMARY_FILE
+from kitm.experiment.training_run import train_evaluate_export
 from kitm.files import no_room_error
 from kitm.run_lock import hold_run_dir
 from kitm.training.fault_tolerance import claim_backup
@@ -43,7 +44,8 @@ from kitm.training.fault_tolerance import claim_backup
 RESUMABLE_CHANGES = frozenset({
     "run_dir", "data_dir", "progress", "backup_every_steps", "eval_every_epochs", "eval_images", "eval_relevance",
     "export", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
-    "cpu_devices", "strategy", "jit_compile", "deterministic_ops"})
+    "cpu_devices", "strategy", "jit_compile", "deterministic_ops", "coordinator_address", "num_processes",
+    "process_id", "coordinator_timeout"})
 
 
 def run_dir_of(config: ExperimentConfig) -> pathlib.Path:
@@ -76,7 +78,7 @@ def run(config: ExperimentConfig) -> dict:
     record or image met while reading is named in the error.
     """
     from kitm.serving.versions import remove_stale_exports
-    from kitm.distribute import data_parallel
+    from kitm.distribute import data_parallel, processes
     from kitm.training import distribution
 
     started = time.time()
@@ -94,10 +96,14 @@ def run(config: ExperimentConfig) -> dict:
             strategy = distribution.make_strategy(config.training.strategy)
         else:  # JAX (and PyTorch): keras.distribution places the model; TensorFlow's input and export, one device
             _check_export_backend(config)
-            data_parallel.split_host_devices(config.training.cpu_devices)
+            t = config.training
+            data_parallel.split_host_devices(t.cpu_devices)
+            if t.strategy == "multi_worker" and backend_name() == "jax":  # before JAX starts
+                processes.start(processes.cluster_of(t.coordinator_address, t.num_processes, t.process_id),
+                                t.coordinator_timeout)
             # A run in a Python process leaves the process's distribution as it found it.
             held.callback(keras.distribution.set_distribution, keras.distribution.distribution())
-            data_parallel.set_data_parallel(config.training.strategy)
+            data_parallel.set_data_parallel(t.strategy)
             strategy = distribution.make_strategy("default")
         if distribution.is_chief(strategy):  # the one process that writes run_dir holds it (kitm.run_lock)
             held.enter_context(hold_run_dir(run_dir))

@@ -1,5 +1,5 @@
 """One training run's steps, after the run directory, data and strategy are settled (`kitm.experiment.runner`):
-tokenizer, input, model, callbacks, fit, test, export, summary.
+tokenizer, input, model, callbacks, fit; then what the run leaves: test, export, summary (`kitm.experiment.run_outputs`).
 
 `train_evaluate_export` runs them in that order (the order matters: each draws from the seeded generators as the run
 always has); the steps share a `_RunParts` instead of passing its values along.
@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import pathlib
-import platform
-import shutil
 import sys
 import time
 import typing
@@ -20,28 +17,22 @@ import typing
 import keras
 
 from kitm.errors import KitmConfigError, option
-from kitm.experiment import datasets, encoders
+from kitm.experiment import datasets, encoders, run_outputs
 from kitm.experiment.config import ExperimentConfig
 from kitm.experiment.encoders import PRETRAINED_IMAGE_ENCODERS
 from kitm.experiment.objectives import check_grad_cache, resolve_negatives, uses_neighbor_batching
 from kitm.experiment.trainers import make_trainer
-from kitm.files import write_json_atomically
 from kitm.progress import keras_verbosity
 from kitm.distribute.backend import on_tensorflow
 from kitm.distribute.data_parallel import check_batch
+from kitm.distribute.processes import process_count, process_index
 from kitm.distribute.replicas import batch_replicas
 
-if typing.TYPE_CHECKING:  # the types of _RunParts' fields; the modules load when a run needs them
-    import tensorflow as tf
+from kitm.experiment.run_parts import _RunParts
 
-    from kitm.data.pipeline import PipelineConfig
-    from kitm.data.schema import DatasetInfo
-    from kitm.experiment.trainers import Trainer
-    from kitm.layers import CaptionTokenizer
-    from kitm.layers.hub_tokenizers import HubCaptionTokenizer
+if typing.TYPE_CHECKING:
     from kitm.layers.hub_towers import JointPreset
 
-SUMMARY_FILE = "summary.json"
 
 
 def check_training_settings(config: ExperimentConfig, info) -> None:
@@ -89,48 +80,6 @@ def learning_rate_schedule(config: ExperimentConfig, steps_per_epoch: int):
                               f"{option('finetune_after_epochs')}={t.finetune_after_epochs}): {error}") from error
 
 
-def evaluation_relevance(config: ExperimentConfig, data_dir: pathlib.Path, split: str, info,
-                         limit: int | None) -> dict:
-    """RetrievalEvaluation's relevance argument for eval_relevance: a matrix (truth, for the first `limit` images
-    of the split) or a function of the captions (cider, sbert); {} for none."""
-    source = config.evaluation.eval_relevance
-    if source == "auto":
-        source = "truth" if "truth" in info.relevance else "none"
-    if source == "none":
-        return {}
-    if source == "truth":
-        from kitm.data.split_reading import read_split
-        from kitm.eval.split_relevance import split_relevance
-
-        subset = read_split(data_dir, split, limit=limit, with_images=False)
-        return {"relevance": split_relevance(subset, "truth")}
-    import functools
-
-    from kitm.eval.relevance_sources import caption_relevance
-
-    return {"relevance_fn": functools.partial(caption_relevance, source)}
-
-
-@dataclasses.dataclass(frozen=True)
-class _RunParts:
-    """What the steps of one training run share, made in order and then fixed: its settings (final: nothing after
-    this changes them), records, folders and strategy, the joint preset when the settings name one, then the
-    tokenizer, the input settings and the trainer (`dataclasses.replace` adds each). `chief_dir` is where the
-    vocabulary and the backup are read (the chief's run directory); `run_dir` is where this worker writes (the
-    chief's, or a temporary directory on the others)."""
-
-    config: ExperimentConfig
-    info: DatasetInfo
-    data_dir: pathlib.Path
-    chief_dir: pathlib.Path
-    run_dir: pathlib.Path
-    strategy: tf.distribute.Strategy
-    joint: JointPreset | None = None
-    tokenizer: CaptionTokenizer | HubCaptionTokenizer | None = None
-    pipeline_config: PipelineConfig | None = None
-    trainer: Trainer | None = None
-
-
 def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_dir: pathlib.Path, info, strategy,
                            started: float, write_dir: pathlib.Path | None = None) -> dict:
     """Train, evaluate, export. Reads the vocabulary and the backup from `run_dir` (the chief's) and writes
@@ -155,9 +104,10 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
                               trainer=make_trainer(config, data_dir=data_dir, run_dir=run.run_dir, info=info))
     train = _training_input(run)
     model = _build_model(run, train)
+    local_copy = _local_copy(run, train)
     settings = config.settings()
     write_hparams(run.run_dir / "logs", settings, trial_id=run.run_dir.name)
-    callbacks, backup, collapse, non_finite = _callbacks(run, train.steps_per_epoch)
+    callbacks, backup, collapse, non_finite = _callbacks(run, train.steps_per_epoch, local_copy)
     train_started = time.time()
     # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     history = run.trainer.fit(model, train.dataset, callbacks, steps_per_epoch=train.steps_per_epoch,
@@ -165,22 +115,25 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     train_seconds = time.time() - train_started
     if non_finite.stopped_at is not None:  # no test, export or summary of a model whose weights hold NaN
         raise non_finite.error(config, run.chief_dir)
-    test_split, test_figures = _test(run, model, history)
-    export_path = _export(run, model)
+    training = run_outputs.summary_of_training(run, model, train, backup, history)
+    if local_copy is not None:  # JAX across processes: the chief tests and exports the copy, the others are done
+        model = _leave_processes(model, local_copy)
+    test_split, test_figures = run_outputs.test_split(run, model, history) if model is not None else (None, None)
+    export_path = run_outputs.export(run, model) if model is not None else None
     summary = {
         "flags": settings,
-        **_summary_of_training(run, model, train, backup, history),
+        **training,
         "test_split": test_split,
         "test": test_figures,
-        "test_per_query": per_query_file_name() if test_figures is not None else None,
+        "test_per_query": run_outputs.per_query_file_name() if test_figures is not None else None,
         "seconds": {"total": time.time() - started, "training": train_seconds},
         "export": export_path,
-        **_machine(),
+        **run_outputs.machine(),
         **run.trainer.summary(),
     }
     if collapse is not None:
         summary["collapse"] = collapse.report()
-    _finish(run, summary, collapse)
+    run_outputs.finish(run, summary, collapse)
     return summary
 
 
@@ -275,8 +228,18 @@ def _training_input(run: _RunParts):
     replicas = run.strategy.num_replicas_in_sync
     # Global negatives with a relevance source: every replica needs its rows of the global batch's relevance, [b, B].
     global_rows = t.negatives == "global" and replicas > 1 and config.data.relevance != "none"
+    processes = process_count()
 
     def pipeline(batch, shard, seed):
+        if processes > 1:
+            # JAX across processes: every process reads every record in the same order, batches the global batch
+            # (with its [B, B] relevance) and feeds its own 1/P of the rows ([B/P, B]); Keras makes the P parts
+            # one global array, so the step is the one-process step with the whole batch (docs/scale.md).
+            dataset = training_dataset(run.data_dir, "train", run.tokenizer,
+                                       dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1,
+                                                           seed=seed),
+                                       shard=(1, 0))
+            return run.trainer.prepare_input(replica_rows(dataset, processes, first=process_index(), count=1))
         if global_rows:
             # Each worker's pipeline reads every record (the same order everywhere: shard (1, 0) takes the sharded
             # road's deterministic reading), batches the global batch, computes its [B, B] relevance and keeps the
@@ -303,16 +266,11 @@ def _build_model(run: _RunParts, train):
     """The dual encoder, its optimizer and objective, under the strategy's scope (a joint preset's towers from
     `run.joint`, whose joint space and temperature the settings already hold)."""
     from kitm.metrics import EmbeddingCollapse
-    from kitm.models import DualEncoder
     from kitm.training import finetune
 
     config, t = run.config, run.config.training
     with run.strategy.scope():
-        image_encoder, text_encoder, joint = encoders.build_towers(config, run.tokenizer, run.joint)
-        model = DualEncoder(image_encoder, text_encoder, config.model.embedding_dim, name="dual_encoder")
-        model.build_from_inputs(train.element_spec[0])
-        if joint is not None:
-            joint.initialize_projections(model)
+        model = _dual_encoder(run, train, run.joint)
         encoders.apply_tower_training(config, model)
         optimizer = encoders.make_optimizer(config, model, learning_rate_schedule(config, train.steps_per_epoch),
                                             global_clipnorm=t.grad_clip_norm or None)
@@ -327,11 +285,41 @@ def _build_model(run: _RunParts, train):
     return model
 
 
-def _callbacks(run: _RunParts, steps_per_epoch: int):
+def _dual_encoder(run: _RunParts, train, joint):
+    """The dual encoder built for the training input (its towers from `joint`, a joint preset, when given; a new
+    load of the preset when the settings name one and `joint` is None)."""
+    from kitm.models import DualEncoder
+
+    image_encoder, text_encoder, joint = encoders.build_towers(run.config, run.tokenizer, joint)
+    model = DualEncoder(image_encoder, text_encoder, run.config.model.embedding_dim, name="dual_encoder")
+    model.build_from_inputs(train.element_spec[0])
+    if joint is not None:
+        joint.initialize_projections(model)
+    return model
+
+
+def _local_copy(run: _RunParts, train):
+    """Across JAX processes, a copy of the model on this process's devices alone, for embedding (validation, the
+    projector, the test split, the export: kitm.callbacks.local_copy says why); None on one process. Every process
+    builds it, so the random draws stay the same in all of them."""
+    if process_count() == 1:
+        return None
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)  # its variables on this process's devices
+    try:
+        return _dual_encoder(run, train, None)
+    finally:
+        keras.distribution.set_distribution(distribution)
+
+
+def _callbacks(run: _RunParts, steps_per_epoch: int, local_copy=None):
     """(callbacks, the backup, the collapse monitor or None, the non-finite loss stop): that stop, backup, collapse,
-    fine-tuning, validation, projector, the trainer's own, TensorBoard and the weights checkpoint, in that order."""
+    fine-tuning, validation, projector, the trainer's own, TensorBoard and the weights checkpoint, in that order.
+    With a `local_copy` (JAX across processes) validation and the projector run on the chief only, with the copy."""
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
+    from kitm.callbacks.local_copy import OnLocalCopy
+    from kitm.training.distribution import is_chief
     from kitm.training import finetune
     from kitm.training.fault_tolerance import backup_save_freq
 
@@ -347,7 +335,8 @@ def _callbacks(run: _RunParts, steps_per_epoch: int):
         callbacks.append(collapse)
     if t.finetune_after_epochs:
         callbacks.append(finetune.BackboneFineTuning(t.finetune_after_epochs, verbose=int(t.progress)))
-    callbacks += _validation_callbacks(run)
+    embedding = _validation_callbacks(run) if is_chief(run.strategy) or local_copy is None else []
+    callbacks += embedding if local_copy is None else [OnLocalCopy(callback, local_copy) for callback in embedding]
     # Before TensorBoard, which then writes what they put into the epoch logs.
     callbacks += run.trainer.callbacks(run.run_dir)
     callbacks += [
@@ -379,7 +368,7 @@ def _validation_callbacks(run: _RunParts) -> list:
             val, captions_per_image=info.captions_per_image,
             ks=recall_cutoffs(min(info.num_images(eval_split), evaluation.eval_images)), every_epochs=eval_every,
             jsonl_path=str(run.run_dir / "evaluations.jsonl"), log_dir=str(run.run_dir / "logs" / "validation"),
-            **evaluation_relevance(config, run.data_dir, eval_split, info, evaluation.eval_images)))
+            **run_outputs.evaluation_relevance(config, run.data_dir, eval_split, info, evaluation.eval_images)))
     if evaluation.projector_samples and eval_split:
         subset = evaluation_dataset(run.data_dir, eval_split, run.tokenizer, run.pipeline_config,
                                     limit=evaluation.projector_samples)
@@ -388,99 +377,15 @@ def _validation_callbacks(run: _RunParts) -> list:
     return callbacks
 
 
-def _test(run: _RunParts, model, history) -> tuple[str | None, dict | None]:
-    """(split, figures): the test split (else val) scored as `python -m kitm.eval` scores it, its per-query values
-    written beside summary.json; (None, None) without either split."""
-    from kitm.data.pipeline import evaluation_dataset
-    from kitm.eval import format_report
-    from kitm.eval.small_sets import small_set_warnings
-    from kitm.eval.report import (TRUTH_POSITIVE_THRESHOLD, build_report_per_query, flat_figures, recall_cutoffs,
-                                  rsum, write_per_query)
-    from kitm.models.inference import embed_dataset, similarity_matrix
-    from kitm.training.summaries import write_final_figures
+def _leave_processes(model, local_copy):
+    """After training across JAX processes: the trained weights into the local copy, then every process leaves the
+    cluster together; the copy on the chief (which tests and exports it), None on the others."""
+    from kitm.distribute import processes
 
-    config, info = run.config, run.info
-    test_split = "test" if "test" in info.splits else ("val" if "val" in info.splits else None)
-    if not test_split:
-        return None, None
-    print(f"Evaluating on the {test_split} split.")
-    test = evaluation_dataset(run.data_dir, test_split, run.tokenizer, run.pipeline_config)
-    images, texts, _ = embed_dataset(model, test, progress=config.training.progress,
-                                     total=info.num_images(test_split))
-    relevance = evaluation_relevance(config, run.data_dir, test_split, info, limit=None).get("relevance")
-    # The same report as `python -m kitm.eval` and the validation callback (CS and N-way included). A relevance
-    # matrix here is the synthetic world's truth: mAP@R counts its fully relevant items as positives.
-    full_report, per_query = build_report_per_query(
-        similarity_matrix(images, texts), captions_per_image=info.captions_per_image, relevance=relevance,
-        ks=recall_cutoffs(info.num_images(test_split)), fold_images=config.evaluation.fold_images or None,
-        positive_threshold=None if relevance is None else TRUTH_POSITIVE_THRESHOLD)
-    test_figures = flat_figures(full_report)
-    print(format_report(full_report, f"Retrieval on the {test_split} split (R@K: VSE++ definition)"))
-    # What a split this small cannot measure, as `python -m kitm.eval` says it (a 2-image split printed NCS 0.00).
-    for warning in small_set_warnings(len(images), len(texts), info.captions_per_image,
-                                      recall_cutoffs(info.num_images(test_split)), with_relevance=relevance is not None):
-        print(f"kitm: warning: {warning}", file=sys.stderr, flush=True)
-    write_final_figures(run.run_dir / "logs", {**test_figures, "rsum": rsum(full_report["all"])},
-                        step=len(history.history.get("loss", [])))
-    # Beside summary.json, before it: the per-query values of the test figures (kitm.eval.report.write_per_query).
-    write_per_query(run.run_dir / SUMMARY_FILE, per_query)
-    return test_split, test_figures
+    chief = processes.process_index() == 0
+    local_copy.set_weights(model.get_weights())
+    processes.stop()
+    keras.distribution.set_distribution(None)
+    return local_copy if chief else None
 
 
-def per_query_file_name() -> str:
-    """The name of the per-query file beside summary.json."""
-    from kitm.eval.report import per_query_path
-
-    return per_query_path(SUMMARY_FILE).name
-
-
-def _export(run: _RunParts, model) -> str | None:
-    """A new SavedModel version under export/ (None with export off)."""
-    from kitm.serving import export_new_version
-
-    config, info = run.config, run.info
-    if not config.export.export:
-        return None
-    feature_dim = info.feature_dim if info.image_mode != "encoded" else None
-    export_path = export_new_version(model, run.tokenizer, run.run_dir / "export", image_mode=info.image_mode,
-                                     image_size=config.data.image_size,
-                                     eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
-    print(f"SavedModel: {export_path}")
-    return export_path
-
-
-def _summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
-    """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history."""
-    from kitm.training.distribution import is_chief, num_workers
-
-    info = run.info
-    return {
-        "dataset": {"dir": str(run.data_dir), "name": info.name,
-                    "splits": {s: e["num_images"] for s, e in info.splits.items()}},
-        "replicas": batch_replicas(run.strategy),
-        "steps_per_epoch": train.steps_per_epoch,
-        "epochs_run": len(history.history.get("loss", [])),
-        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-        "resumed_from_step": getattr(backup, "restored_step", 0),
-        "workers": {"count": num_workers(run.strategy), "chief": is_chief(run.strategy)},
-        "history": history.history,
-        "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
-    }
-
-
-def _machine() -> dict:
-    import tensorflow as tf
-
-    return {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "tensorflow": tf.__version__, "keras": keras.__version__}}
-
-
-def _finish(run: _RunParts, summary: dict, collapse) -> None:
-    """Write summary.json (which marks the run finished), drop the backup, and say where things are."""
-    run_dir = run.run_dir
-    write_json_atomically(run_dir / SUMMARY_FILE, summary, sort_keys=True, strict=False)
-    shutil.rmtree(run_dir / "backup", ignore_errors=True)  # the run is complete
-    if collapse is not None and collapse.collapsed_epoch is not None:  # again at the end, where it is seen
-        print(f"kitm: WARNING: this run's embeddings collapsed in epoch {collapse.collapsed_epoch + 1} (see the "
-              f"warning above and summary.json 'collapse'); its figures are not a trained model's.", file=sys.stderr)
-    print(f"Run summary: {run_dir / SUMMARY_FILE}; TensorBoard: tensorboard --logdir {run_dir / 'logs'}")

@@ -53,6 +53,7 @@ from typing import Callable, Iterator
 
 import tensorflow as tf
 
+from kitm.distribute.processes import process_count, process_index
 from kitm.distribute.replicas import per_replica_batch_size
 from kitm.errors import DistributionError, option
 
@@ -106,12 +107,17 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """True on the worker that writes the run directory: always, unless a multi-worker non-chief."""
+    """True on the worker that writes the run directory: always, unless a multi-worker non-chief (across JAX
+    processes: process 0)."""
+    if process_count() > 1:
+        return process_index() == 0
     return bool(strategy.extended.should_checkpoint)
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
-    """Workers in the strategy's cluster (chief included); 1 without a cluster."""
+    """Workers in the strategy's cluster (chief included), or JAX's processes; 1 without a cluster."""
+    if process_count() > 1:
+        return process_count()
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.cluster_spec().as_dict():
         return 1
@@ -120,6 +126,8 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def task_name(strategy: tf.distribute.Strategy) -> str:
+    if process_count() > 1:
+        return f"process{process_index()}"
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or resolver.task_type is None:
         return "local"

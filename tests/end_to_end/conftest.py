@@ -40,3 +40,55 @@ def serve_in_fresh_python():
                                                                                   image_paths_json, out))],
                               capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return serve
+
+
+class JaxProcesses:
+    """Launcher runs as several JAX processes on this machine (`--strategy=multi_worker`, kitm.distribute.processes),
+    each one's output in `log_dir/process<i>.txt` (a pipe nobody reads could fill and block it)."""
+
+    def __init__(self, env: dict, cwd: pathlib.Path):
+        self.env, self.cwd = env, cwd
+
+    @staticmethod
+    def commands(arguments: list, processes: int = 2) -> list:
+        """The launcher's command of each process, joining at a free local port."""
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        return [[sys.executable, "-m", "kitm.launch", *arguments, "--strategy=multi_worker",
+                 f"--coordinator_address={address}", f"--num_processes={processes}", f"--process_id={index}"]
+                for index in range(processes)]
+
+    def start(self, commands: list, log_dir: pathlib.Path) -> list:
+        started = []
+        for index, command in enumerate(commands):
+            log = open(log_dir / f"process{index}.txt", "w")
+            started.append((subprocess.Popen(command, cwd=self.cwd, env=self.env, stdout=log,
+                                             stderr=subprocess.STDOUT), log))
+        return started
+
+    @staticmethod
+    def finish(started: list, timeout: float) -> list:
+        """The processes' exit codes (any still running after `timeout` killed)."""
+        codes = []
+        try:
+            for process, _ in started:
+                codes.append(process.wait(timeout=timeout))
+        finally:
+            for process, log in started:
+                if process.poll() is None:
+                    process.kill()
+                log.close()
+        return codes
+
+    def run(self, arguments: list, log_dir: pathlib.Path, timeout: float = 900) -> tuple[list, list]:
+        """(exit codes, outputs) of the processes run to their end."""
+        codes = self.finish(self.start(self.commands(arguments), log_dir), timeout)
+        return codes, [(log_dir / f"process{index}.txt").read_text() for index in range(len(codes))]
+
+
+@pytest.fixture
+def jax_processes(subprocess_env, repo_root) -> JaxProcesses:
+    return JaxProcesses(subprocess_env(KERAS_BACKEND="jax"), repo_root)

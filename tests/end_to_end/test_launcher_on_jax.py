@@ -176,13 +176,54 @@ def test_the_launcher_on_two_jax_devices_trains_as_one_device_with_the_whole_bat
         np.testing.assert_allclose(two["test"][key], one["test"][key], atol=2.0, err_msg=key)
 
 
+@pytest.mark.slow
+def test_two_jax_processes_train_as_one_process_with_the_whole_batch(one_device_run, tiny_synthetic, tiny_flags,
+                                                                      jax_processes, tmp_path):
+    """--strategy=multi_worker on JAX (kitm.distribute.processes; issue 46, item 2): two processes on this machine,
+    gloo between them, each feeding its half of every global batch (with its rows of the batch's [B, B] relevance),
+    train the model of one process with the whole batch (`one_device_run`): the same losses, each objective's parts
+    and weights (1e-5); the chief validates, tests and exports on a local copy of the model and writes the run
+    directory, the other process writes nothing there."""
+    import h5py
+
+    run_dir = tmp_path / "run"
+    codes, (chief, other) = jax_processes.run(
+        [*tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", *ONE_DEVICE], tmp_path)
+    assert codes == [0, 0], chief[-3000:] + other[-3000:]
+    one = json.loads((one_device_run / "summary.json").read_text())
+    two = json.loads((run_dir / "summary.json").read_text())
+    assert two["workers"] == {"count": 2, "chief": True} and two["replicas"] == 2
+    assert two["optimizer_steps"] == one["optimizer_steps"] == 12
+    for key in ("loss", "triplet/i2t", "triplet/t2i", "ladder/level_1", "ladder/level_2"):
+        np.testing.assert_allclose(two["history"][key], one["history"][key], rtol=1e-5, err_msg=key)
+    assert any(key.startswith("val") for key in two["history"])  # validated on the chief's local copy
+    assert (run_dir / "export" / "1" / "saved_model.pb").is_file() and list(run_dir.rglob("projector_config.pbtxt"))
+
+    def weights(path):
+        found = {}
+        with h5py.File(path, "r") as file:
+            file.visititems(lambda name, item: found.__setitem__(name, item[()])
+                            if isinstance(item, h5py.Dataset) else None)
+        return found
+
+    one_weights = weights(one_device_run / "checkpoints" / "last.weights.h5")
+    two_weights = weights(run_dir / "checkpoints" / "last.weights.h5")
+    assert one_weights.keys() == two_weights.keys() and len(one_weights) > 10
+    for name, value in one_weights.items():
+        np.testing.assert_allclose(two_weights[name], value, atol=1e-5, err_msg=name)
+    # The other process wrote into a temporary directory of its own, removed at its end.
+    assert f"removed at its end; the chief writes {run_dir}." in other and "Run summary" not in other
+
+
 REFUSED_ON_JAX = [
     (["--strategy=mirrored", "--cpu_devices=2", "--negatives=local"],
      "--negatives=local: on the jax backend the 2 devices split one loss computation over the global batch"),
     (["--strategy=mirrored", "--cpu_devices=2", "--batch_size=15"],
      "--batch_size=15 must be divisible by the 2 devices keras.distribution.DataParallel splits it over"),
-    (["--strategy=multi_worker"], "--strategy=multi_worker on the JAX backend: several JAX processes need "
-                                  "jax.distributed"),
+    (["--strategy=multi_worker"], "--strategy=multi_worker on JAX needs the processes: "
+                                  "--coordinator_address=host:port (process 0's), --num_processes and --process_id"),
+    (["--strategy=multi_worker", "--coordinator_address=127.0.0.1:1"],
+     "--coordinator_address, --num_processes and --process_id describe the processes together; give all three"),
 ]
 
 def test_what_the_launcher_cannot_distribute_on_jax_is_one_line_naming_the_flag(tiny_synthetic, tiny_flags,
