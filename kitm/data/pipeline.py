@@ -327,10 +327,14 @@ def _check_shard(config: PipelineConfig, shard: tuple[int, int] | None) -> None:
 
 
 def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
-                    shard: tuple[int, int] | None = None):
-    """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features."""
+                    shard: tuple[int, int] | None = None, defer_images: bool = False):
+    """(info, batches of raw samples): images augmented, captions as strings, each source's relevance features.
+
+    `defer_images`: encoded images stay encoded ("image": the bytes) and each sample carries its augmentation seed
+    ("image_seed"), for a pipeline that decodes only some rows of each batch (`kitm.data.own_rows`)."""
     _check_shard(config, shard)
     info, records = _records(root, split, config, training=True, shard=shard)
+    defer_images = defer_images and info.image_mode == "encoded"
     num_images = info.num_images(split) if config.train_subset is None else len(config.train_subset)
     if shard is not None:
         num_images = len(range(shard[1], num_images, shard[0]))
@@ -344,7 +348,8 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     def sides(parsed):
         """(what every sample of the image carries, what each caption carries [C, ...])."""
         image_side, caption_side = relevance_features(parsed, info, source)
-        image_side = {"image": image_input(parsed, info), "image_index": tf.cast(parsed["image/id"], tf.int32),
+        image = parsed["image/encoded"] if defer_images else image_input(parsed, info)
+        image_side = {"image": image, "image_index": tf.cast(parsed["image/id"], tf.int32),
                       **image_side}
         per_caption = {"caption": parsed["captions"], "caption_index": tf.cast(parsed["caption/ids"], tf.int32),
                        **caption_side}
@@ -375,7 +380,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
             records = records.cache()
         dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed,
                                   reshuffle_each_iteration=True)
-        if info.image_mode == "encoded":
+        if info.image_mode == "encoded" and not defer_images:
             # Decode here, in parallel: flat_map below runs its function on one thread, where the decode was the
             # pipeline's serial bottleneck on many cores. After the shuffle, so its buffer holds compressed bytes.
             dataset = dataset.map(_plain(_with_pixels), num_parallel_calls=tf.data.AUTOTUNE,
@@ -389,7 +394,9 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
                                       reshuffle_each_iteration=True)
 
     def augment(sample, seed):
-        if info.image_mode == "encoded":
+        if defer_images:
+            sample["image_seed"] = seed
+        elif info.image_mode == "encoded":
             sample["image"] = train_image(sample["image"], config, seed)
         return sample
 

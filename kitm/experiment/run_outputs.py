@@ -117,9 +117,20 @@ def summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
         "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "resumed_from_step": getattr(backup, "restored_step", 0),
         "workers": {"count": num_workers(run.strategy), "chief": is_chief(run.strategy)},
+        **_input_work(train),
         "history": history.history,
         "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
     }
+
+
+def _input_work(train) -> dict:
+    """With a worker's own rows of the global batch (kitm.data.own_rows): the images its pipeline decoded, the
+    batches it made, and their ratio (B / W)."""
+    counters = train.input_counters
+    if counters is None:
+        return {}
+    return {"input": {"images_decoded": int(counters.images.numpy()), "batches": int(counters.batches.numpy()),
+                      "images_decoded_per_batch": counters.images_per_batch()}}
 
 
 def machine() -> dict:

@@ -221,45 +221,51 @@ def _pipeline_config(run: _RunParts):
 
 def _training_input(run: _RunParts):
     """The training input: per-replica pipelines under several replicas (kitm.training.distribution explains why)."""
+    from kitm.data.own_rows import InputCounters, own_rows_dataset
     from kitm.data.pipeline import replica_rows, training_dataset
-    from kitm.training.distribution import distributed_training_input
+    from kitm.training.distribution import distributed_training_input, num_workers
 
     config, t = run.config, run.config.training
     replicas = run.strategy.num_replicas_in_sync
+    # What a worker's own rows decode (kitm.data.own_rows), for summary.json: B / W images a batch.
+    counters = InputCounters()
     # Global negatives with a relevance source: every replica needs its rows of the global batch's relevance, [b, B].
     global_rows = t.negatives == "global" and replicas > 1 and config.data.relevance != "none"
     processes = process_count()
 
     def pipeline(batch, shard, seed):
         if processes > 1:
-            # JAX across processes: every process reads every record in the same order, batches the global batch
-            # (with its [B, B] relevance) and feeds its own 1/P of the rows ([B/P, B]); Keras makes the P parts
-            # one global array, so the step is the one-process step with the whole batch (docs/scale.md).
-            dataset = training_dataset(run.data_dir, "train", run.tokenizer,
-                                       dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1,
-                                                           seed=seed),
-                                       shard=(1, 0))
-            return run.trainer.prepare_input(replica_rows(dataset, processes, first=process_index(), count=1))
+            # JAX across processes: process i feeds part i of each global batch's rows, with their rows of the batch's
+            # relevance ([B/P, B]), decoding only its own images (kitm.data.own_rows); Keras makes the P parts one
+            # global array, so the step is the one-process step with the whole batch (docs/scale.md).
+            return run.trainer.prepare_input(own_rows_dataset(
+                run.data_dir, "train", run.tokenizer,
+                dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1, seed=seed),
+                rows=(processes, process_index()), counters=counters))
         if global_rows:
-            # Each worker's pipeline reads every record (the same order everywhere: shard (1, 0) takes the sharded
-            # road's deterministic reading), batches the global batch, computes its [B, B] relevance and keeps the
-            # per-replica pieces of its own replicas (kitm.data.pipeline.replica_rows).
+            # Every replica needs its rows of the global batch's [B, B] relevance. Several workers: worker w keeps
+            # part w of each global batch's rows (its L replicas' b rows each), decoding only their images
+            # (kitm.data.own_rows); one worker: the whole batch. Then its replicas' pieces (replica_rows).
             workers, worker = shard if shard is not None else (1, 0)
             local = replicas // workers
-            dataset = training_dataset(run.data_dir, "train", run.tokenizer,
-                                       dataclasses.replace(run.pipeline_config, batch_size=batch * replicas,
-                                                           num_replicas=1, seed=seed),
-                                       shard=(1, 0) if shard is not None else None)
-            return run.trainer.prepare_input(replica_rows(dataset, replicas, first=worker * local, count=local))
+            settings = dataclasses.replace(run.pipeline_config, batch_size=batch * replicas, num_replicas=1, seed=seed)
+            if workers > 1:
+                dataset = own_rows_dataset(run.data_dir, "train", run.tokenizer, settings, rows=(workers, worker),
+                                           counters=counters)
+            else:
+                dataset = training_dataset(run.data_dir, "train", run.tokenizer, settings)
+            return run.trainer.prepare_input(replica_rows(dataset, local))
         dataset = training_dataset(run.data_dir, "train", run.tokenizer,
                                    dataclasses.replace(run.pipeline_config, batch_size=batch, num_replicas=1,
                                                        seed=seed),
                                    shard=shard)
         return run.trainer.prepare_input(dataset)
 
-    return distributed_training_input(
+    train = distributed_training_input(
         run.strategy, pipeline, global_batch=t.batch_size, num_images=datasets.training_images(config, run.info),
         samples_per_image=run.info.captions_per_image if config.data.captions_per_step == "all" else 1, seed=t.seed)
+    own_rows = processes > 1 or (global_rows and num_workers(run.strategy) > 1)
+    return dataclasses.replace(train, input_counters=counters if own_rows else None)
 
 
 def _build_model(run: _RunParts, train):

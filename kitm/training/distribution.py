@@ -14,8 +14,9 @@ loss is divided by R, `kitm.losses.base.scale_for_replicas`). With local negativ
 own b rows: b - 1 negatives per positive pair, whatever R. With global negatives (`kitm.losses.global_batch`, the
 launcher's default with several replicas where every loss can gather) each replica gathers the others'
 embeddings and its anchors meet all B - 1; its relevance is then its rows of the global batch's, [b, B]: each
-worker's pipeline reads every record, batches B rows, computes their relevance and keeps its replicas' rows
-(`kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in `kitm.experiment.training_run`).
+worker's pipeline reads every record, batches B rows, computes their relevance and keeps its replicas' rows,
+decoding only their images (`kitm.data.own_rows`, `kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in
+`kitm.experiment.training_run`).
 
 Input (`distributed_training_input`). With R > 1 the training data goes through
 `strategy.distribute_datasets_from_function`: one input pipeline per worker (W pipelines), pipeline w keeps
@@ -166,12 +167,14 @@ def steps_per_epoch(num_images: int, samples_per_image: int, global_batch: int, 
 
 @dataclasses.dataclass
 class TrainingInput:
-    """What `fit` needs: `dataset` (repeating), `steps_per_epoch`, and the per-replica `element_spec`."""
+    """What `fit` needs: `dataset` (repeating), `steps_per_epoch`, and the per-replica `element_spec`; with a
+    worker's own rows of the global batch (`kitm.data.own_rows`), its pipeline's `InputCounters`."""
 
     dataset: object
     steps_per_epoch: int
     per_replica_batch: int
     element_spec: object
+    input_counters: object = None
 
 
 # build(per_replica_batch, shard or None, seed) -> a finite dataset of one pass over the shard's records.

@@ -63,4 +63,22 @@ def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_
     assert list((run_dir / "checkpoints").iterdir()) == [run_dir / "checkpoints" / "last.weights.h5"]
     assert list(scratch.iterdir()) == []
     # The non-chief wrote its summary into its scratch directory (removed since).
-    assert f"Run summary: {scratch}" in outputs[1][0]
+    assert f"This worker's files went to {scratch}" in outputs[1][0]
+    # Each worker decoded only its own rows' images (kitm.data.own_rows): 8 of each global batch's 16.
+    assert summary["input"]["images_decoded_per_batch"] == 8.0 and summary["input"]["batches"] >= 6
+    # And yet the two workers trained the model of one worker with the whole batch over the same two replicas
+    # (--strategy=mirrored --cpu_devices=2; not one device: each replica's BatchNorm normalizes its own 8 rows):
+    # the same weights after the 6 steps.
+    one_dir = tmp_path / "one"
+    one_args = [a for a in args if not a.startswith(("--run_dir=", "--strategy="))]
+    one = subprocess.run([*one_args, f"--run_dir={one_dir}", "--export=false", "--strategy=mirrored",
+                          "--cpu_devices=2"], cwd=repo_root,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True, timeout=480)
+    assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
+    with h5py.File(run_dir / "checkpoints" / "last.weights.h5") as two_file, \
+            h5py.File(one_dir / "checkpoints" / "last.weights.h5") as one_file:
+        names = []
+        one_file.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+        assert len(names) > 10
+        for name in names:
+            np.testing.assert_allclose(two_file[name][()], one_file[name][()], atol=1e-5, err_msg=name)

@@ -193,6 +193,8 @@ def test_two_jax_processes_train_as_one_process_with_the_whole_batch(one_device_
     one = json.loads((one_device_run / "summary.json").read_text())
     two = json.loads((run_dir / "summary.json").read_text())
     assert two["workers"] == {"count": 2, "chief": True} and two["replicas"] == 2
+    # Each process decoded only its own rows' images (kitm.data.own_rows): 8 of each global batch's 16.
+    assert two["input"]["images_decoded_per_batch"] == 8.0 and two["input"]["batches"] >= 12
     assert two["optimizer_steps"] == one["optimizer_steps"] == 12
     for key in ("loss", "triplet/i2t", "triplet/t2i", "ladder/level_1", "ladder/level_2"):
         np.testing.assert_allclose(two["history"][key], one["history"][key], rtol=1e-5, err_msg=key)
