@@ -10,8 +10,8 @@ and augments those images alone, each with the seed its sample drew (`kitm.data.
 exactly the ones of the one-worker pipeline with the whole batch, and a worker decodes B / W images a step instead of
 B. Captions are tokenized for the own rows only too.
 
-Used by the launcher for TensorFlow's multi-worker strategy (W workers, their replicas then cut the worker's rows,
-`kitm.data.pipeline.replica_rows`) and for several JAX processes (`kitm.distribute.processes`), whenever each worker
+`replica_rows` then cuts a worker's rows into its replicas' pieces. Used by the launcher for TensorFlow's
+multi-worker strategy (W workers, each with its replicas) and for several JAX processes (`kitm.distribute.processes`), whenever each worker
 needs rows of a batch larger than its own.
 """
 
@@ -83,3 +83,26 @@ def own_rows_dataset(root: str | os.PathLike, split: str, tokenizer, config: Pip
 
     return dataset.map(_plain(convert), num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=config.deterministic).prefetch(tf.data.AUTOTUNE)
+
+
+def replica_rows(dataset: tf.data.Dataset, replicas: int, *, first: int = 0, count: int | None = None
+                 ) -> tf.data.Dataset:
+    """Cut each batch of B = R b rows into R per-replica elements of b rows and keep replicas `first` ...
+    `first + count - 1`, in order (a worker's local replicas, which take consecutive elements).
+
+    Every entry of `(x, y)` is cut along its first axis, so `y["relevance"]` ([B, B], caption q of the global batch
+    to image p) becomes each replica's rows [b, B]: the relevance global negatives need (module docstring).
+    """
+    count = replicas - first if count is None else count
+    if replicas < 1 or not 0 <= first < first + count <= replicas:
+        raise ValueError(f"replica_rows: replicas {first}..{first + count - 1} are not among 0..{replicas - 1}.")
+
+    def cut(value):
+        shape = tf.shape(value)
+        pieces = tf.reshape(value, tf.concat([[replicas, shape[0] // replicas], shape[1:]], axis=0))
+        rows = value.shape[0]
+        pieces.set_shape([replicas, None if rows is None else rows // replicas] + value.shape[1:].as_list())
+        return pieces[first:first + count]
+
+    return dataset.map(_plain(lambda *element: tf.nest.map_structure(cut, element)),
+                       num_parallel_calls=tf.data.AUTOTUNE).unbatch()

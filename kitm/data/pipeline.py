@@ -14,9 +14,9 @@ blocks: each input pipeline builds per-replica batches (`batch_size` = b, `num_r
 trains on (`kitm.training.distribution`).
 
 With global negatives (`kitm.losses.global_batch`) a replica's losses compare its rows with every row of the global
-batch, so its relevance must be its rows of the global batch's relevance, [b, B]: `replica_rows` cuts batches of
-the global B rows, whose relevance the pipeline computed over all of them ([B, B]), into per-replica elements of b
-rows each with its relevance rows (the launcher does so under `negatives="global"`).
+batch, so its relevance must be its rows of the global batch's relevance, [b, B]: `kitm.data.own_rows.replica_rows`
+cuts batches of the global B rows, whose relevance the pipeline computed over all of them ([B, B]), into per-replica
+elements of b rows each with its relevance rows (the launcher does so under `negatives="global"`).
 
 The training crop and flip are the stateless forms of Model Garden's ops below, and so is the caption
 draw: every sample carries its own seed pair from `tf.data.Dataset.random(seed)` (a new sequence each
@@ -234,29 +234,6 @@ def block_diagonal_relevance(relevance_fn, images_side, captions_side, num_repli
     return tf.reshape(blocks, [num_replicas * b, b])
 
 
-def replica_rows(dataset: tf.data.Dataset, replicas: int, *, first: int = 0, count: int | None = None
-                 ) -> tf.data.Dataset:
-    """Cut each batch of B = R b rows into R per-replica elements of b rows and keep replicas `first` ...
-    `first + count - 1`, in order (a worker's local replicas, which take consecutive elements).
-
-    Every entry of `(x, y)` is cut along its first axis, so `y["relevance"]` ([B, B], caption q of the global batch
-    to image p) becomes each replica's rows [b, B]: the relevance global negatives need (module docstring).
-    """
-    count = replicas - first if count is None else count
-    if replicas < 1 or not 0 <= first < first + count <= replicas:
-        raise ValueError(f"replica_rows: replicas {first}..{first + count - 1} are not among 0..{replicas - 1}.")
-
-    def cut(value):
-        shape = tf.shape(value)
-        pieces = tf.reshape(value, tf.concat([[replicas, shape[0] // replicas], shape[1:]], axis=0))
-        rows = value.shape[0]
-        pieces.set_shape([replicas, None if rows is None else rows // replicas] + value.shape[1:].as_list())
-        return pieces[first:first + count]
-
-    return dataset.map(_plain(lambda *element: tf.nest.map_structure(cut, element)),
-                       num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-
-
 _SLOT_BUILD_HINT = {
     "truth": "a synthetic dataset",
     "cider": "a dataset built with --relevance including cider",
@@ -376,6 +353,7 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
 
         dataset, neighbor_table = paired_samples(root, split, info, config, samples, sample_of)
     else:
+        neighbor_table = None
         if config.cache:
             records = records.cache()
         dataset = records.shuffle(min(config.shuffle_buffer, num_images), seed=config.seed,
@@ -392,6 +370,12 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
         if config.captions == "all":
             dataset = dataset.shuffle(min(config.shuffle_buffer, samples), seed=config.seed,
                                       reshuffle_each_iteration=True)
+    return info, _augmented_batches(dataset, info, config, samples, defer_images, neighbor_table)
+
+
+def _augmented_batches(dataset, info: schema.DatasetInfo, config: PipelineConfig, samples: int, defer_images: bool,
+                       neighbor_table) -> tf.data.Dataset:
+    """The samples augmented (or, deferred, given their seeds), batched, with their neighbours' positions."""
 
     def augment(sample, seed):
         if defer_images:
@@ -407,12 +391,12 @@ def batched_samples(root: str | os.PathLike, split: str, config: PipelineConfig,
     dataset = dataset.batch(config.batch_size, drop_remainder=True)
     # flat_map hides the length from tf.data; stating it lets Keras size epochs and progress bars.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(samples // config.batch_size))
-    if config.neighbor_batching:
+    if neighbor_table is not None:
         batch_seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
         dataset = tf.data.Dataset.zip(dataset, batch_seeds).map(
             _with_neighbor_positions(neighbor_table, config.num_replicas), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=config.deterministic)
-    return info, dataset
+    return dataset
 
 
 def _with_neighbor_positions(table, num_replicas: int):

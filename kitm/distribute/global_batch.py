@@ -91,7 +91,7 @@ class GlobalBatch:
                 f"negatives='global' needs each replica's rows of the global batch's relevance, [b, B] = "
                 f"[{rows}, {rows * self.replicas}]; got {relevance.shape} (a replica's own "
                 "block?). kitm's input pipeline gives the rows when it trains with global negatives "
-                "(kitm.data.pipeline.replica_rows).")
+                "(kitm.data.own_rows.replica_rows).")
         return relevance
 
     def relevance_blocks(self, relevance) -> tuple:

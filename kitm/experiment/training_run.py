@@ -221,8 +221,8 @@ def _pipeline_config(run: _RunParts):
 
 def _training_input(run: _RunParts):
     """The training input: per-replica pipelines under several replicas (kitm.training.distribution explains why)."""
-    from kitm.data.own_rows import InputCounters, own_rows_dataset
-    from kitm.data.pipeline import replica_rows, training_dataset
+    from kitm.data.own_rows import InputCounters, own_rows_dataset, replica_rows
+    from kitm.data.pipeline import training_dataset
     from kitm.training.distribution import distributed_training_input, num_workers
 
     config, t = run.config, run.config.training

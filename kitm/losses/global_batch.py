@@ -19,7 +19,7 @@ gradients (summed over replicas by the optimizer): docs/scale.md, "Global negati
 The batch's labels travel with it. `y_true["image_index"]` ([b] per replica) is gathered too, so that two samples
 of one image on different replicas are positives of each other. `y_true["relevance"]` must hold the replica's rows
 of the global batch's relevance, [b, B] (relevance[p, q]: caption q of the global batch to image p of this replica;
-kitm's input pipeline gives them under `negatives="global"`, `kitm.data.pipeline.replica_rows`); the columns a
+kitm's input pipeline gives them under `negatives="global"`, `kitm.data.own_rows.replica_rows`); the columns a
 loss needs ([B, b], every image against this replica's captions) come from gathering the rows (no gradient).
 
 Reductions. With local negatives each replica's reduced loss is divided by R (Keras' convention: the update is

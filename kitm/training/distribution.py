@@ -15,7 +15,7 @@ own b rows: b - 1 negatives per positive pair, whatever R. With global negatives
 launcher's default with several replicas where every loss can gather) each replica gathers the others'
 embeddings and its anchors meet all B - 1; its relevance is then its rows of the global batch's, [b, B]: each
 worker's pipeline reads every record, batches B rows, computes their relevance and keeps its replicas' rows,
-decoding only their images (`kitm.data.own_rows`, `kitm.data.pipeline.replica_rows`; the launcher's `pipeline` in
+decoding only their images (`kitm.data.own_rows`, `kitm.data.own_rows.replica_rows`; the launcher's `pipeline` in
 `kitm.experiment.training_run`).
 
 Input (`distributed_training_input`). With R > 1 the training data goes through

@@ -111,7 +111,7 @@ def test_single_process_is_its_own_chief():
 def test_replica_rows_give_each_replica_its_rows_of_the_global_batchs_relevance(tiny_synthetic, tokenizer):
     # Global negatives: a global batch of 16 cut into 2 replicas' elements of 8 rows, each with its rows of the
     # global batch's relevance [8, 16]: its images against all 16 captions.
-    from kitm.data.pipeline import replica_rows
+    from kitm.data.own_rows import replica_rows
 
     world = synthetic.generate_world(120, seed=7, image_size=32, world="shapes")
     pieces = list(replica_rows(_build(tiny_synthetic, tokenizer)(16, None, 0), 2).take(2))
