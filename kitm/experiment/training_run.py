@@ -227,11 +227,13 @@ def _training_input(run: _RunParts):
 
     config, t = run.config, run.config.training
     replicas = run.strategy.num_replicas_in_sync
-    # What a worker's own rows decode (kitm.data.own_rows), for summary.json: B / W images a batch.
-    counters = InputCounters()
     # Global negatives with a relevance source: every replica needs its rows of the global batch's relevance, [b, B].
     global_rows = t.negatives == "global" and replicas > 1 and config.data.relevance != "none"
     processes = process_count()
+    # A worker keeps its own rows of each global batch (kitm.data.own_rows) across processes, or across workers with
+    # global rows; what they decode goes into summary.json (B / W images a batch).
+    own_rows = processes > 1 or (global_rows and num_workers(run.strategy) > 1)
+    counters = InputCounters() if own_rows else None
 
     def pipeline(batch, shard, seed):
         if processes > 1:
@@ -264,8 +266,7 @@ def _training_input(run: _RunParts):
     train = distributed_training_input(
         run.strategy, pipeline, global_batch=t.batch_size, num_images=datasets.training_images(config, run.info),
         samples_per_image=run.info.captions_per_image if config.data.captions_per_step == "all" else 1, seed=t.seed)
-    own_rows = processes > 1 or (global_rows and num_workers(run.strategy) > 1)
-    return dataclasses.replace(train, input_counters=counters if own_rows else None)
+    return dataclasses.replace(train, input_counters=counters)
 
 
 def _build_model(run: _RunParts, train):
