@@ -14,8 +14,10 @@ the decay's one pass where there is decay:
 
 the formula and order of `keras.optimizers.Adam` / `AdamW` (variables excluded from weight decay stay excluded;
 with per-tower rates the decay uses the tower's rate, as PyTorch's parameter groups do, where Keras' AdamW decays
-every variable at the global rate). Sparse gradients (`tf.IndexedSlices`, an embedding table's) keep Keras' own
-update, which squares each slice before summing repeated rows where the fused kernel would sum them first. The
+every variable at the global rate). A gradient given as slices (`tf.IndexedSlices`, an embedding table's) is summed
+per row first, the gradient it stands for, as JAX and PyTorch compute it (Keras' own update would add each slice's
+square to the second moment; kitm's TensorFlow step sums the rows before clipping already, and this keeps a
+FusedAdam used elsewhere to the same update: docs/backends.md, "The same step on every engine"). The
 kernel forms 1 - beta in float32 where Keras rounds it from Python's double (0.100000024 against 0.1 for
 beta_1 = 0.9), so the weights agree with Keras' Adam to float rounding, not bit for bit: a run trained with the fused
 update does not repeat a run trained with Keras' update to the last bit. It is the launcher's default on TensorFlow
@@ -54,10 +56,8 @@ class FusedAdam(keras.optimizers.Adam):
         weights = _tf_variable(variable)
         if self.weight_decay and self._use_weight_decay(variable):  # Keras' decay, in its order of the products
             weights.assign_sub(weights * tf.cast(self.weight_decay, dtype) * tf.cast(learning_rate, dtype))
-        if isinstance(gradient, tf.IndexedSlices):
-            # Sparse rows (an embedding's gradient, one slice per token occurrence): the fused kernel would sum the
-            # slices before squaring them, Keras squares each slice; keep Keras' update for these.
-            return super().update_step(gradient, variable, learning_rate)
+        if isinstance(gradient, tf.IndexedSlices):  # one slice per token occurrence: their sum per row (docstring)
+            gradient = tf.convert_to_tensor(gradient)
         index = self._get_variable_index(variable)
         _fused_adam(weights, _tf_variable(self._momentums[index]), _tf_variable(self._velocities[index]), gradient,
                     tf.cast(learning_rate, dtype), tf.cast(self.iterations + 1, dtype), tf.cast(self.beta_1, dtype),
