@@ -1,4 +1,4 @@
-"""Several workers on one machine's CPU, per engine: step time, input work and traffic per worker, and 8 workers predicted.
+"""Several workers on one machine's CPU, per engine: step time, input work and traffic per worker, 8 workers predicted.
 
 For each engine (TensorFlow: `--strategy=multi_worker` with `TF_CONFIG`; JAX: `--strategy=multi_worker` with
 `--coordinator_address / --num_processes / --process_id`, gloo's CPU collectives), the launcher trains the same
@@ -173,8 +173,8 @@ def main() -> None:
     if not (data_dir / "dataset.json").is_file():
         print(f"building a things world of {args.scenes} scenes into {data_dir}", flush=True)
         subprocess.run([sys.executable, "-m", "kitm.data.build", "--dataset=synthetic", "--world=things",
-                        f"--out={data_dir}", f"--num_scenes={args.scenes}", "--seed=0", "--image_size=48", f"--val_images={args.scenes // 10}",
-                        f"--test_images={args.scenes // 10}", "--quiet"],
+                        f"--out={data_dir}", f"--num_scenes={args.scenes}", "--seed=0", "--image_size=48",
+                        f"--val_images={args.scenes // 10}", f"--test_images={args.scenes // 10}", "--quiet"],
                        cwd=ROOT, env=_environment("tensorflow", work), check=True)
     rows, predictions = [], []
     for engine in args.engines.split(","):

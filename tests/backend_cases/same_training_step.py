@@ -1,12 +1,12 @@
 """A backend case: the demo's training step (launch/demo.flags in miniature) from the same weights and batch.
 
-The demo's model: the small CNN with batch normalisation and the pooled grid, a bidirectional GRU over word
-embeddings (masked, each caption's own tokens), the VSE++ triplet summed over the negatives, Adam at 2e-3 with the
-global norm of the gradient clipped to 2.0, as the launcher builds it. Captions repeat words, as real ones do, so the embedding table's
-gradient has several rows per word: where TensorFlow hands it over as slices, their sum is what the optimizer and the
-clipping must see (docs/backends.md, "The same step on every engine"). Two steps, so that the second reads the first's
-moments. Everything after them: the weights (batch-norm statistics included), the optimizer's moments and step count,
-and each step's loss.
+The demo's model: the small CNN with batch normalisation and the pooled grid, frozen as the demo freezes it (its batch
+norms in inference mode), a bidirectional GRU over word embeddings (masked, each caption's own tokens), the VSE++
+triplet summed over the negatives, Adam at 2e-3 with the global norm of the gradient clipped to 2.0, as the launcher
+builds it. Captions repeat words, as real ones do, so the embedding table's gradient has several rows per word: where
+TensorFlow hands it over as slices, their sum is what the optimizer and the clipping must see (docs/backends.md,
+"The same step on every engine"). Two steps, so that the second reads the first's moments. Everything after them: the
+weights (batch-norm statistics included), the optimizer's moments and step count, and each step's loss.
 """
 
 import keras
@@ -59,5 +59,6 @@ def cases():
     results = {"loss": np.asarray(history["loss"])}
     results.update({f"weight/{weight.path}": weight for weight in model.weights})
     # The optimizer's variables by position and kind (momentum, velocity, iteration, learning_rate).
-    results.update({f"optimizer/{index}/{_kind(variable)}": variable for index, variable in enumerate(optimizer.variables)})
+    results.update({f"optimizer/{index}/{_kind(variable)}": variable
+                    for index, variable in enumerate(optimizer.variables)})
     return results

@@ -6,8 +6,9 @@ parameters (`optimizer_groups()`) has its own optimizer applied to its own group
 LossScaleOptimizer (mixed_float16; any optimizer with a `loss_scale_factor`) the model's weights take the scaled
 loss's gradients and the loss-owned groups, reached through float32 ops only, the unscaled loss's, from the same
 (then persistent) tape. A gradient TensorFlow gives as slices (an embedding table's) is summed per row first, so
-that clipping and Adam see the gradient the other engines see (`_summed_rows`). With `grad_cache_chunk` the gradients come from gradient caching
-(`kitm.distribute.steps.grad_cache`). kitm.models.dual_encoder's docstring has the whole step.
+that clipping and Adam see the gradient the other engines see (`_summed_rows`). With `grad_cache_chunk` the
+gradients come from gradient caching (`kitm.distribute.steps.grad_cache`). kitm.models.dual_encoder's docstring has
+the whole step.
 """
 
 from __future__ import annotations
