@@ -617,12 +617,13 @@ def test_another_seed_runs_the_same_trace():
     from kitm.ops.kmeans1d import cluster
 
     x = np.random.default_rng(11).normal(size=(4, 9))
-    setting = (2, 4, cluster.DEFAULT_MAX_TABLE_ELEMENTS, 3, False, False)
-    auto_kmeans_1d(x, 2, 4, lloyd_runs=3, seed=0, jit_compile=False)
+    # The setting of the module's `chosen` fixture: traced once in this process, whichever test came first.
+    setting = (K_MIN, K_MAX, cluster.DEFAULT_MAX_TABLE_ELEMENTS, cluster.DEFAULT_LLOYD_RUNS, False, False)
+    auto_kmeans_1d(x, K_MIN, K_MAX, seed=0, jit_compile=False)
     compiled = cluster._runner(*setting)
     traces = compiled.experimental_get_tracing_count()
     for seed in (1, 2, 12345):
-        auto_kmeans_1d(x, 2, 4, lloyd_runs=3, seed=seed, jit_compile=False)
+        auto_kmeans_1d(x, K_MIN, K_MAX, seed=seed, jit_compile=False)
     assert cluster._runner(*setting) is compiled
     assert compiled.experimental_get_tracing_count() == traces == 1
     draws = [seeding._uniform_draws(4, 2, 4, 3, seeding.seed_word(s)).numpy() for s in (0, 1)]
