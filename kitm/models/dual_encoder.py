@@ -67,6 +67,10 @@ def _appended(variables: list, extra) -> list:
     return variables + [v for v in extra if id(v) not in seen]
 
 
+# What Keras' own compile configuration holds that DualEncoder.compile does not take (its objectives are `losses`).
+_KERAS_ONLY_COMPILE_KEYS = ("loss", "metrics", "weighted_metrics")
+
+
 def _at_least_float32(value):
     """float16 and bfloat16 cast to float32; float32 and float64 kept."""
     dtype = keras.backend.standardize_dtype(value.dtype)
@@ -343,6 +347,32 @@ class DualEncoder(keras.Model):
     @property
     def metrics(self):
         return super().metrics + list(self.term_trackers.values()) + list(self.batch_monitors)
+
+    def get_compile_config(self):
+        """Keras' compile configuration (the optimizer, `jit_compile`, ...) with kitm's own: the losses by name,
+        their weights, the monitors and `grad_cache_chunk`, so that `keras.saving.load_model` compiles the model
+        again (`compile_from_config`)."""
+        config = super().get_compile_config()
+        if not config or not getattr(self, "loss_functions", None):
+            return config
+        serialize = keras.saving.serialize_keras_object
+        config = {key: value for key, value in config.items() if key not in _KERAS_ONLY_COMPILE_KEYS}
+        config.update(losses={name: serialize(loss) for name, loss in self.loss_functions.items()},
+                      loss_weights=dict(self.loss_weights_by_name),
+                      monitors=[serialize(monitor) for monitor in self.batch_monitors],
+                      grad_cache_chunk=self.grad_cache_chunk)
+        return config
+
+    def compile_from_config(self, config):
+        """`compile` from `get_compile_config()`'s dictionary; the optimizer is built over `optimizer_variables()`
+        where the model is built, so that a loaded file's optimizer state has its variables to land in."""
+        config = {key: value for key, value in config.items() if key not in _KERAS_ONLY_COMPILE_KEYS}
+        deserialize = keras.saving.deserialize_keras_object
+        losses = {name: deserialize(loss) for name, loss in config.pop("losses", {}).items()}
+        monitors = [deserialize(monitor) for monitor in config.pop("monitors", [])]
+        self.compile(optimizer=deserialize(config.pop("optimizer")), losses=losses, monitors=monitors, **config)
+        if self.built:
+            self.optimizer.build(self.optimizer_variables())
 
     def get_config(self):
         return {

@@ -1,0 +1,44 @@
+"""A backend case: a compiled DualEncoder saved as a `.keras` file and loaded with `keras.saving.load_model` comes back
+compiled (its losses by name and weight, the optimizer with its state, a loss's learnable temperature) and continues
+training with the same losses as the model it was saved from (issue 47, item 4).
+
+The model trains 3 steps with the triplet summed over the negatives plus half an InfoNCE (its logit scale trained by
+the model's optimizer), is saved and loaded; then each of the two trains 2 more steps on the same batch."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+from kitm.layers.image_encoders import FeatureMLP
+from kitm.layers.text_encoders import GRUTextEncoder
+from kitm.losses import InfoNCELoss, TripletLoss
+from kitm.models import DualEncoder
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    x = {"image": rng.normal(size=(8, 6)), "tokens": rng.integers(1, 12, size=(8, 5)).astype("int32")}
+    y = {"image_index": np.arange(8, dtype="int32")}
+    model = DualEncoder(FeatureMLP(width=5, dropout=0.0), GRUTextEncoder(12, word_dim=4, units=3), embedding_dim=4)
+    model(x)
+    weights = np.random.default_rng(1)
+    for weight in model.weights:  # the backends' initialisers draw differently: every weight from numpy
+        weight.assign(weights.normal(scale=0.5, size=tuple(weight.shape)))
+    model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "nce": InfoNCELoss()},
+                  loss_weights={"nce": 0.5})
+    model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+    continued = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    reloaded = loaded.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    return {"losses_named": np.array(float(sorted(loaded.loss_functions) == ["nce", "triplet"])),
+            "nce_weight": np.array(loaded.loss_weights_by_name["nce"]),
+            "continued_loss": np.asarray(continued["loss"]), "reloaded_loss": np.asarray(reloaded["loss"]),
+            "continued_nce": np.asarray(continued["nce/i2t"]), "reloaded_nce": np.asarray(reloaded["nce/i2t"]),
+            "steps": np.array([float(model.optimizer.iterations), float(loaded.optimizer.iterations)]),
+            "logit_scale": np.array([float(keras.ops.convert_to_numpy(loss.trainable_variables[0]))
+                                     for loss in (model.loss_functions["nce"], loaded.loss_functions["nce"])])}
