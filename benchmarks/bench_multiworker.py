@@ -96,14 +96,14 @@ def _run(engine: str, processes: int, batch: int, args, data_dir: pathlib.Path, 
         started.append((subprocess.Popen(command, cwd=ROOT, env={**env, **extra, "TMPDIR": str(work)}, stdout=log,
                                          stderr=subprocess.STDOUT), log))
     codes = []
-    for process, log in started:
-        try:
+    try:
+        for process, _ in started:
             codes.append(process.wait(timeout=args.timeout))
-        finally:
+    finally:  # a run past its timeout (or an interrupt) leaves no process of it behind
+        for process, log in started:
+            if process.poll() is None:
+                process.kill()
             log.close()
-    for process, _ in started:
-        if process.poll() is None:
-            process.kill()
     output = (work / f"{name}.process0.txt").read_text()
     if any(codes):
         raise SystemExit(f"{name}: exit statuses {codes}; the chief's output ends:\n{output[-3000:]}")
