@@ -29,6 +29,7 @@ if _JAX_CACHE_MADE_HERE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitm-test-jax-cache-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
+import contextlib
 import pathlib
 import subprocess
 import sys
@@ -113,6 +114,10 @@ def kitm_env(**extra) -> dict:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT), **extra)
 
 
+# The fork server's environment: kitm_env() before any test has changed os.environ.
+_SESSION_KITM_ENV = kitm_env()
+
+
 @pytest.fixture(scope="session")
 def subprocess_env():
     """`subprocess_env(**extra)`: a child process's environment with this checkout on PYTHONPATH."""
@@ -125,13 +130,115 @@ def tiny_flags() -> list:
     return list(TINY_FLAGS)
 
 
+class ForkServer:
+    """The client of tests/fork_server.py: `run(argv, cwd, env, timeout)` is `python *argv` (argv: "-m", a module and
+    its arguments; "-c", a source string and its arguments; or a script and its arguments) with its output captured (a CompletedProcess, TimeoutExpired past `timeout`), started as a child forked from a server
+    that has already imported TensorFlow, Keras and kitm (about 10 s saved a run; the child starts as a fresh
+    interpreter stands after those imports). The server starts on first use, in `kitm_env()` as it was when this
+    file was imported (before any test's monkeypatching); a run in another environment (variables read at import,
+    a test's KERAS_HOME say) gets a fresh interpreter instead."""
+
+    # pytest's per-test note, and what importing torch's compiler (sentence-transformers does) sets: read by nothing
+    # the server imports.
+    _IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+
+    def __init__(self, env):
+        self.process = None
+        self.env = dict(env)
+        self.imported_env = {}
+        self._pending = b""
+
+    def _same_env(self, env) -> bool:
+        """Whether `env` is the server's, but for _IGNORED and what the server's imports set themselves (a test
+        process that imported TensorFlow holds TensorFlow's variables too)."""
+        def kept(e):
+            return {k: v for k, v in e.items()
+                    if k not in self._IGNORED and not (k in self.imported_env and v == self.imported_env[k])}
+        return kept(env) == kept(self.env)
+
+    def _start(self):
+        self._pending = b""
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fork_server.py")], cwd=ROOT,
+                                        env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.imported_env = self._reply(None)["imported_env"]
+
+    def _reply(self, deadline):
+        """The server's next line as JSON, or None past `deadline` (time.monotonic)."""
+        import json
+        import select
+        import time
+
+        while b"\n" not in self._pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            ready, _, _ = select.select([self.process.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                if not chunk:
+                    raise RuntimeError("tests/fork_server.py ended unexpectedly (its output is above)")
+                self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, argv, cwd, env, timeout):
+        import json
+        import signal
+        import time
+
+        command = [sys.executable, *map(str, argv)]
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        if not self._same_env(env):
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="kitm-fork-") as folder:
+            out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+            request = {"argv": command[1:], "cwd": str(cwd), "env": dict(env), "stdout": out, "stderr": err}
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            pid = self._reply(None)["pid"]
+            done = self._reply(time.monotonic() + timeout)
+            if done is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                self._reply(None)
+            read = lambda path: open(path, errors="replace").read() if os.path.exists(path) else ""  # noqa: E731
+            if done is None:
+                raise subprocess.TimeoutExpired(command, timeout, output=read(out), stderr=read(err))
+            return subprocess.CompletedProcess(command, done["returncode"], read(out), read(err))
+
+    def close(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
 @pytest.fixture(scope="session")
-def launch():
-    """`launch(args, cwd=<repository>, timeout=600)`: `python -m kitm.launch *args` in a fresh interpreter,
-    output captured (a CompletedProcess)."""
+def fork_server():
+    server = ForkServer(_SESSION_KITM_ENV)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def launch(fork_server):
+    """`launch(args, cwd=<repository>, timeout=600)`: `python -m kitm.launch *args` as a fresh interpreter would
+    run it (forked from tests/fork_server.py, past its imports), output captured (a CompletedProcess)."""
     def run(args, cwd=ROOT, timeout=600):
-        return subprocess.run([sys.executable, "-m", "kitm.launch", *args], cwd=cwd, env=kitm_env(),
-                              capture_output=True, text=True, timeout=timeout)
+        return fork_server.run(["-m", "kitm.launch", *args], cwd, kitm_env(), timeout)
+    return run
+
+
+@pytest.fixture(scope="session")
+def kitm_python(fork_server):
+    """`kitm_python(argv, cwd=<repository>, env=None, timeout=600)`: `python *argv` ("-m", a kitm command and its
+    arguments; "-c", a source string; or a script) as a fresh interpreter would run it, in `env` (default: this checkout on
+    PYTHONPATH, TensorFlow quiet), output captured (a CompletedProcess). Forked from tests/fork_server.py past its
+    imports where the environment is the server's; otherwise a fresh interpreter."""
+    def run(argv, cwd=ROOT, env=None, timeout=600):
+        return fork_server.run(argv, cwd, kitm_env() if env is None else env, timeout)
     return run
 
 

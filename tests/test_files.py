@@ -70,18 +70,15 @@ sys.exit(main(["--dataset=synthetic", "--out=" + sys.argv[2], "--num_scenes=40",
 """
 
 
-def test_writes_past_the_file_size_limit_name_the_file_and_keep_the_previous_version(tmp_path, subprocess_env):
+def test_writes_past_the_file_size_limit_name_the_file_and_keep_the_previous_version(tmp_path, kitm_python):
     """A full disk gave raw tracebacks: h5py's `OSError: Can't synchronously write data (... File too large ...)` in
     training, `OutOfRangeError: ....tfrecord.tmp; File too large` in the build. Now one message names the file and
     the cause; the temporary is removed, the previous weights are kept, no shard is half-written."""
-    import subprocess
-    import sys
 
     import h5py
 
     target, out = tmp_path / "checkpoints" / "last.weights.h5", tmp_path / "world"
-    result = subprocess.run([sys.executable, "-c", PAST_THE_LIMIT, str(target), str(out)], capture_output=True,
-                            text=True, env=subprocess_env(), timeout=300)
+    result = kitm_python(["-c", PAST_THE_LIMIT, str(target), str(out)], timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1].startswith(
         f"Writing {tmp_path}/checkpoints/last.partial.weights.h5 failed: File too large. The disk is full, or a disk "

@@ -4,11 +4,8 @@ have the loss and gradients of one device with the whole batch, to 1e-5 (float64
 devices, keras.distribution.DataParallel, in a subprocess) where JAX is installed, which say "skipped" where not."""
 
 import importlib.util
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -16,11 +13,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_global_negatives_and_gradient_caching_match_one_device(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_global_negatives.py"), "--check",
-                             "--losses", "infonce,siglip,graded_infonce"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
+def test_global_negatives_and_gradient_caching_match_one_device(tmp_path, kitm_python):
+    result = kitm_python([ROOT / "benchmarks" / "bench_global_negatives.py", "--check", "--losses",
+                          "infonce,siglip,graded_infonce"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     largest = float(re.match(r"largest difference (\S+) ", lines[-1]).group(1))

@@ -1,5 +1,5 @@
-"""Every ```python block of README.md and of every docs/*.md page runs as written, each in its own process and
-fresh working directory (test ids name the file and the block's line: ``docs/library.md:7``).
+"""Every ```python block of README.md and of every docs/*.md page runs as written, each in its own process (as a
+fresh interpreter would: the `kitm_python` fixture) and fresh working directory (test ids name the file and the block's line: ``docs/library.md:7``).
 
 A block runs with the repository on PYTHONPATH, HF_HUB_OFFLINE=1 and KERAS_BACKEND=tensorflow, in an empty
 temporary folder holding what the pages assume of a checkout (`launch/`, linked). A marker comment on the line
@@ -19,8 +19,6 @@ import os
 import pathlib
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
 
@@ -97,7 +95,7 @@ def _link_checkout(folder: pathlib.Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def prerequisite(tmp_path_factory):
+def prerequisite(tmp_path_factory, kitm_python):
     """State name -> the folder where its documented command ran (once per module, on first use)."""
     made: dict[str, pathlib.Path] = {}
 
@@ -110,8 +108,7 @@ def prerequisite(tmp_path_factory):
             _link_checkout(folder)
             argv = shlex.split(readme_command)
             assert argv[0] == "python"
-            result = subprocess.run([sys.executable, *argv[1:], *quick_flags], cwd=folder, env=_env(),
-                                    capture_output=True, text=True, timeout=600)
+            result = kitm_python([*argv[1:], *quick_flags], cwd=folder, env=_env())
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
             made[name] = folder
         return made[name]
@@ -141,7 +138,7 @@ def test_every_marker_sits_before_a_python_block(page):
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[f"{snippet.page}:{snippet.line}" for snippet in SNIPPETS])
-def test_readme_python_snippet_runs(snippet, prerequisite, tmp_path):
+def test_readme_python_snippet_runs(snippet, prerequisite, tmp_path, kitm_python):
     where = f"{snippet.page} line {snippet.line}"
     if snippet.skip is not None:
         pytest.skip(f"{where}: {snippet.skip}")
@@ -153,7 +150,6 @@ def test_readme_python_snippet_runs(snippet, prerequisite, tmp_path):
         for name in PREREQUISITE_OUTPUTS:
             if (state / name).exists():
                 (work / name).symlink_to(state / name, target_is_directory=True)
-    result = subprocess.run([sys.executable, "-c", snippet.code], cwd=work, env=_env(), capture_output=True,
-                            text=True, timeout=300)
+    result = kitm_python(["-c", snippet.code], cwd=work, env=_env(), timeout=300)
     assert result.returncode == 0, (f"{where} failed:\n{snippet.code}\n"
                                     f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")

@@ -2,10 +2,7 @@
 through its SavedModel, relevance from the split (truth, CIDEr-D, SBERT), the COCO 1K block, one-line errors."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -400,16 +397,15 @@ def test_bad_input_against_a_dataset(run, run_report, tiny_synthetic, capsys):
     assert "SPICE" in _error([sims, data, "--split=test", "--relevance=spice"], capsys).upper()
 
 
-def test_python_dash_m_entry_point(matrices, repo_root):
+def test_python_dash_m_entry_point(matrices, repo_root, kitm_python):
     folder, _, _ = matrices
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    ok = subprocess.run([sys.executable, "-m", "kitm.eval", f"--sims={folder / 'sims.npy'}",
-                         f"--relevance_matrix={folder / 'relevance.npy'}", f"--out={folder / 'sub.json'}"],
-                        cwd=repo_root, env=env, capture_output=True, text=True, timeout=120)
+    ok = kitm_python(["-m", "kitm.eval", f"--sims={folder / 'sims.npy'}",
+                      f"--relevance_matrix={folder / 'relevance.npy'}", f"--out={folder / 'sub.json'}"],
+                     cwd=repo_root, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "text->image" in ok.stdout and json.loads((folder / "sub.json").read_text())["num_images"] == 20
-    bad = subprocess.run([sys.executable, "-m", "kitm.eval", f"--sims={folder / 'sims.npy'}", "--ks=1,500"],
-                         cwd=repo_root, env=env, capture_output=True, text=True, timeout=120)
+    bad = kitm_python(["-m", "kitm.eval", f"--sims={folder / 'sims.npy'}", "--ks=1,500"], cwd=repo_root,
+                      timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "kitm.eval: error: `ks` holds [500], larger than the 100 candidates an i2t query ranks."]

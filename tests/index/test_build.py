@@ -139,9 +139,8 @@ def test_the_cli_indexes_the_runs_dataset_and_refuses_bad_input_in_one_line(tmp_
 
 
 @pytest.mark.parametrize("module", ["kitm.index", "kitm.search"])
-def test_help(module, subprocess_env):
-    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
-                            env=subprocess_env(), timeout=120)
+def test_help(module, kitm_python):
+    result = kitm_python(["-m", module, "--help"], timeout=120)
     assert result.returncode == 0 and "usage: python -m " + module in result.stdout
 
 

@@ -2,8 +2,6 @@
 every semantic loss of kitm under tf.distribute."""
 
 import math
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -320,8 +318,8 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_every_semantic_loss_under_mirrored_strategy():
+def test_every_semantic_loss_under_mirrored_strategy(kitm_python):
     # A fresh process: logical devices must be configured before TensorFlow initialises.
-    result = subprocess.run([sys.executable, "-c", DISTRIBUTED_SCRIPT], capture_output=True, text=True, timeout=300)
+    result = kitm_python(["-c", DISTRIBUTED_SCRIPT], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK (6, 2)" in result.stdout

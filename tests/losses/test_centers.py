@@ -1,10 +1,7 @@
 """Semantic center loss (Malali & Keller, Eq. 6), image-index cross-entropy heads, and the loss-owned parameters'
 own optimizers in `fit` (one device and MirroredStrategy on 2 logical CPUs)."""
 
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -260,6 +257,7 @@ def test_end_to_end_training_lowers_every_term_and_freezing_the_table_keeps_it()
 
 DISTRIBUTED_SCRIPT = textwrap.dedent("""
     import os, sys, warnings
+    warnings.simplefilter("ignore")
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import numpy as np
     import tensorflow as tf
@@ -323,11 +321,9 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_loss_owned_state_under_mirrored_strategy():
+def test_loss_owned_state_under_mirrored_strategy(kitm_python):
     # A fresh process: logical devices must be configured before TensorFlow initialises.
     tests_dir = str(pathlib.Path(__file__).resolve().parent)
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    result = subprocess.run([sys.executable, "-c", DISTRIBUTED_SCRIPT, tests_dir], capture_output=True, text=True,
-                            timeout=300, env=env)
+    result = kitm_python(["-c", DISTRIBUTED_SCRIPT, tests_dir], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout

@@ -31,11 +31,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import os
 import pathlib
 import pkgutil
-import subprocess
-import sys
 import textwrap
 from typing import Callable
 
@@ -520,7 +517,8 @@ def replica_report() -> dict:
 
 
 REPLICA_SCRIPT = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, warnings
+    warnings.simplefilter("ignore")
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -532,12 +530,10 @@ REPLICA_SCRIPT = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def replica_results():
+def replica_results(kitm_python):
     # A fresh process: logical devices must be configured before TensorFlow initialises.
     tests_dir = str(pathlib.Path(__file__).resolve().parent)
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    result = subprocess.run([sys.executable, "-c", REPLICA_SCRIPT, tests_dir, str(REPLICAS)], capture_output=True,
-                            text=True, timeout=300, env=env)
+    result = kitm_python(["-c", REPLICA_SCRIPT, tests_dir, str(REPLICAS)], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("REPORT "))
     return json.loads(line[len("REPORT "):])

@@ -3,9 +3,6 @@
 same seed: tests/end_to_end/test_reproducibility.py."""
 
 import hashlib
-import os
-import subprocess
-import sys
 
 import kitm  # noqa: F401
 from kitm.data.pipeline import PipelineConfig, training_captions, training_dataset
@@ -57,9 +54,8 @@ print("deterministic ops:", unseeded_random_op())
 """
 
 
-def test_deterministic_ops_enables_op_determinism(repo_root):
-    result = subprocess.run([sys.executable, "-c", DETERMINISM_PROBE], cwd=repo_root, capture_output=True, text=True,
-                            timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+def test_deterministic_ops_enables_op_determinism(repo_root, kitm_python):
+    result = kitm_python(["-c", DETERMINISM_PROBE], cwd=repo_root, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()[-2:]
     assert lines[0] == "seed only: ran"
