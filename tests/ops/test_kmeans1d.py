@@ -618,7 +618,7 @@ def test_another_seed_runs_the_same_trace():
 
     x = np.random.default_rng(11).normal(size=(4, 9))
     # The setting of the module's `chosen` fixture: traced once in this process, whichever test came first.
-    setting = (K_MIN, K_MAX, cluster.DEFAULT_MAX_TABLE_ELEMENTS, cluster.DEFAULT_LLOYD_RUNS, False, False)
+    setting = (K_MIN, K_MAX, cluster.DEFAULT_MAX_TABLE_ELEMENTS, cluster.DEFAULT_LLOYD_RUNS, False)
     auto_kmeans_1d(x, K_MIN, K_MAX, seed=0, jit_compile=False)
     compiled = cluster._runner(*setting)
     traces = compiled.experimental_get_tracing_count()

@@ -88,8 +88,8 @@ def auto_kmeans_1d(
       silhouette: [rows] mean silhouette of the returned labels, in `values`' dtype.
     """
     x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
-    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs, False,
-                                    bool(jit_compile))(x, valid, seed_word(seed))
+    labels, k, silhouette = _runner(k_min, k_max, max_table_elements, lloyd_runs,
+                                    bool(jit_compile))(x, valid, seed_word(seed))[:3]
     _backend.set_shape(labels, x.shape)  # the runner is traced for any shape; keep what is known
     _backend.set_shape(k, x.shape[:1])
     _backend.set_shape(silhouette, x.shape[:1])
@@ -113,7 +113,7 @@ def kmeans_1d_candidates(
     `lloyd_runs=0` every clustering is the exact optimum."""
     x, valid, out_dtype = _check_inputs(values, k_min, k_max, mask, max_table_elements, lloyd_runs, seed)
     labels, sse, silhouette, eligible, optimal_sse = _runner(
-        k_min, k_max, max_table_elements, lloyd_runs, True, bool(jit_compile))(x, valid, seed_word(seed))
+        k_min, k_max, max_table_elements, lloyd_runs, bool(jit_compile))(x, valid, seed_word(seed))[3:]
     num_k = k_max - k_min + 1
     _backend.set_shape(labels, [x.shape[0], num_k, x.shape[1]])
     for t in (sse, silhouette, eligible, optimal_sse):
@@ -123,15 +123,15 @@ def kmeans_1d_candidates(
 
 
 @functools.lru_cache(maxsize=None)
-def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, candidates: bool, jit_compile: bool):
+def _runner(k_min: int, k_max: int, max_table_elements: int, lloyd_runs: int, jit_compile: bool):
     """One compiled function per setting (kitm.ops.kmeans1d.backend.compiled); the seed is one of its inputs, so
-    that clustering with another seed does not trace it again."""
-    if candidates:
-        fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[3:]  # noqa: E731
-        out_dtypes, out_ranks = ("int32", "float64", "float64", "bool", "float64"), (3, 2, 2, 2, 2)
-    else:
-        fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)[:3]  # noqa: E731
-        out_dtypes, out_ranks = ("int32", "int32", "float64"), (2, 1, 1)
+    that clustering with another seed does not trace it again. It returns the choice (labels, k, silhouette) and
+    the candidates it was chosen from (`_solve`'s eight outputs): the solver computes both either way, and one
+    function serves `auto_kmeans_1d` and `kmeans_1d_candidates` (a trace costs seconds; the candidates' outputs
+    are small, [rows, K, cols] labels at most)."""
+    fn = lambda xc, vc, dc: _solve(xc, vc, dc, k_min, k_max, lloyd_runs)  # noqa: E731
+    out_dtypes = ("int32", "int32", "float64", "int32", "float64", "float64", "bool", "float64")
+    out_ranks = (2, 1, 1, 3, 2, 2, 2, 2)
 
     def run(x, valid, word):
         # Every random number a row's Lloyd runs use is drawn here, per row, before chunking: a
