@@ -4,9 +4,6 @@ intervals, the verdicts) is tested on hand-made runs in tests/study (test_runner
 training a model per seed."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -18,7 +15,7 @@ TINY_COMMON = ["--dataset=synthetic", "--synthetic_num_scenes=120", "--image_siz
 
 
 @pytest.mark.slow
-def test_two_configurations_end_to_end(tmp_path, repo_root):
+def test_two_configurations_end_to_end(tmp_path, kitm_python):
     data_dir = tmp_path / "data"
     spec = tmp_path / "e2e.toml"
     spec.write_text(textwrap.dedent(f"""
@@ -41,11 +38,9 @@ def test_two_configurations_end_to_end(tmp_path, repo_root):
         keeps = ["i2t_R@1"]
         keep_tolerance = 100.0
     """))
-    env = dict(os.environ, PYTHONPATH=str(repo_root))
 
     def study(*extra):
-        return subprocess.run([sys.executable, "-m", "kitm.study", f"--spec={spec}", "--no-progress", *extra],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        return kitm_python(["-m", "kitm.study", f"--spec={spec}", "--no-progress", *extra], cwd=tmp_path, timeout=900)
 
     started = time.monotonic()
     result = study()
