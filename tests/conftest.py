@@ -132,11 +132,12 @@ def tiny_flags() -> list:
 
 class ForkServer:
     """The client of tests/fork_server.py: `run(argv, cwd, env, timeout)` is `python *argv` (argv: "-m", a module and
-    its arguments; "-c", a source string and its arguments; or a script and its arguments) with its output captured (a CompletedProcess, TimeoutExpired past `timeout`), started as a child forked from a server
-    that has already imported TensorFlow, Keras and kitm (about 10 s saved a run; the child starts as a fresh
-    interpreter stands after those imports). The server starts on first use, in `kitm_env()` as it was when this
-    file was imported (before any test's monkeypatching); a run in another environment (variables read at import,
-    a test's KERAS_HOME say) gets a fresh interpreter instead."""
+    its arguments; "-c", a source string and its arguments; or a script and its arguments) with its output captured (a
+    CompletedProcess, TimeoutExpired past `timeout`), started as a child forked from a server that has already imported
+    TensorFlow, Keras and kitm (about 10 s saved a run; the child starts as a fresh interpreter stands after those
+    imports). The server starts on first use, in `kitm_env()` as it was when this file was imported (before any test's
+    monkeypatching); a run in another environment (variables read at import, a test's KERAS_HOME say) gets a fresh
+    interpreter instead."""
 
     # pytest's per-test note, and what importing torch's compiler (sentence-transformers does) sets: read by nothing
     # the server imports.
@@ -234,8 +235,8 @@ def launch(fork_server):
 @pytest.fixture(scope="session")
 def kitm_python(fork_server):
     """`kitm_python(argv, cwd=<repository>, env=None, timeout=600)`: `python *argv` ("-m", a kitm command and its
-    arguments; "-c", a source string; or a script) as a fresh interpreter would run it, in `env` (default: this checkout on
-    PYTHONPATH, TensorFlow quiet), output captured (a CompletedProcess). Forked from tests/fork_server.py past its
+    arguments; "-c", a source string; or a script) as a fresh interpreter would run it, in `env` (default: this checkout
+    on PYTHONPATH, TensorFlow quiet), output captured (a CompletedProcess). Forked from tests/fork_server.py past its
     imports where the environment is the server's; otherwise a fresh interpreter."""
     def run(argv, cwd=ROOT, env=None, timeout=600):
         return fork_server.run(argv, cwd, kitm_env() if env is None else env, timeout)

@@ -1,23 +1,23 @@
-"""A fork server for the tests' `python -m kitm.<command>` runs (the `launch` and `kitm_command` fixtures of
-tests/conftest.py start one per xdist worker, on first use).
+"""A fork server for the tests' runs of kitm's commands (the `launch` and `kitm_python` fixtures of tests/conftest.py
+start one per xdist worker, on first use).
 
 A fresh interpreter running `python -m kitm.launch` first spends about 10 s importing TensorFlow, Keras and kitm
 (more on two busy cores), and the suite starts dozens of them. This server imports those modules once and then forks
 one child per run: the child starts where a fresh interpreter stands once its imports are done (nothing has run yet:
-no TensorFlow op, no eager context, no flag parsed; the modules' state is what importing them left) and runs the
-module as `python -m` does (`runpy`, `__main__`, the argument list in `sys.argv`, the working folder first on
-`sys.path`; a source string as `python -c` does, a script as `python script.py` does), in the run's working folder and environment, its file descriptors 1 and 2 (TensorFlow's C++ log too)
-written to the files the client names. Forking is safe here because the server never runs TensorFlow: importing it
-starts no thread that holds a lock a child could need.
+no TensorFlow op, no eager context, no flag parsed; the modules' state is what importing them left). It runs a module
+as `python -m` does (`runpy`, `__main__`, the argument list in `sys.argv`, the working folder first on `sys.path`), a
+source string as `python -c` does, a script as `python script.py` does, in the run's working folder and environment,
+its file descriptors 1 and 2 (TensorFlow's C++ log too) written to the files the client names. Forking is safe here
+because the server never runs TensorFlow: importing it starts no thread that holds a lock a child could need.
 
 A request whose environment differs from the server's (a test's own KERAS_BACKEND, say: such variables are read
 when the modules are imported) is not the server's business: the client runs those in a fresh interpreter.
 
 Protocol: once its imports are done the server writes {"imported_env": the variables they set}; then one line of
-JSON each way on stdin / stdout per run: {"argv", "cwd", "env", "stdout", "stderr"} (argv: what follows
-`python`: ["-m", module, *args], ["-c", source, *args] or [script, *args]) ->
-{"pid"} once the child is started, then {"returncode"} once it has ended (negative: killed by that signal, as
-`subprocess` reports it). The server ends when its stdin closes.
+JSON each way on stdin / stdout per run: {"argv", "cwd", "env", "stdout", "stderr"} (argv: what follows `python`:
+["-m", module, *args], ["-c", source, *args] or [script, *args]) -> {"pid"} once the child is started, then
+{"returncode"} once it has ended (negative: killed by that signal, as `subprocess` reports it). The server ends when
+its stdin closes.
 """
 
 import json

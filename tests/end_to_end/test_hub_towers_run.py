@@ -85,32 +85,32 @@ def test_the_clip_finetune_flagfile_trains_evaluates_exports_and_serves_offline(
     assert not result["kitm"] and not result["keras_hub"]
 
 
-@pytest.mark.slow
-def test_the_graded_clip_flagfile_trains_with_graded_infonce_offline(tiny_synthetic, tiny_clip, tmp_path):
-    from kitm.experiment import run
-
-    # The synthetic world's exact relevance stands in for the sentence-embedding rows the flagfile reads.
+def test_the_graded_clip_flagfile_builds_graded_infonce_on_the_clip_flagfile(tiny_synthetic, tiny_clip, tmp_path):
+    # Its training runs below, on two devices with global negatives.
     config = _flagfile_config("clip_finetune_graded.flags", f"--joint_preset={tiny_clip}", "--relevance=truth",
-                              "--eval_relevance=truth", "--export=false", *_quick(tiny_synthetic, tmp_path / "run"))
+                              "--eval_relevance=truth", *_quick(tiny_synthetic, tmp_path / "run"))
+    clip = _flagfile_config("clip_finetune.flags", f"--joint_preset={tiny_clip}",
+                            *_quick(tiny_synthetic, tmp_path / "run"))
     assert config.objective.loss == ("graded_infonce",) and config.objective.graded_tau == 0.05
-    summary = run(config)
-    assert summary["epochs_run"] == 1 and "graded_infonce/logit_scale" in summary["history"]
-    assert summary["test"]["i2t_NCS@1"] >= 0  # scored with the exact relevance
+    assert config.model == clip.model and config.training == clip.training
 
 
 @pytest.mark.slow
-def test_the_clip_finetune_flagfile_trains_on_two_devices_with_global_negatives(tiny_synthetic, tiny_clip, tmp_path,
-                                                                                launch):
-    # Two logical CPU devices (a fresh process: they are split before TensorFlow starts), global negatives and
-    # gradient caching in chunks of 4 of each replica's 8 rows; graded relevance rides along for the monitor.
+def test_the_graded_clip_flagfile_trains_on_two_devices_with_global_negatives(tiny_synthetic, tiny_clip, tmp_path,
+                                                                              launch):
+    # Two logical CPU devices (a fresh process: they are split before TensorFlow starts), graded InfoNCE with global
+    # negatives (each replica's rows scored against the whole batch's, graded by the whole batch's relevance rows;
+    # the synthetic world's exact relevance stands in for the sentence-embedding rows the flagfile reads) and
+    # gradient caching in chunks of 4 of each replica's 8 rows, scored with the exact relevance.
     run_dir = tmp_path / "run"
-    result = launch([f"--flagfile={ROOT / 'launch' / 'clip_finetune.flags'}", f"--joint_preset={tiny_clip}",
-                     "--eval_every_epochs=0", "--export=false", "--relevance=truth", "--strategy=mirrored",
-                     "--cpu_devices=2", "--negatives=global", "--grad_cache_chunk=4",
+    result = launch([f"--flagfile={ROOT / 'launch' / 'clip_finetune_graded.flags'}", f"--joint_preset={tiny_clip}",
+                     "--eval_every_epochs=0", "--export=false", "--relevance=truth", "--eval_relevance=truth",
+                     "--strategy=mirrored", "--cpu_devices=2", "--negatives=global", "--grad_cache_chunk=4",
                      *_quick(tiny_synthetic, run_dir)], timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["replicas"] == 2 and summary["flags"]["negatives"] == "global"
-    assert summary["flags"]["grad_cache_chunk"] == 4 and summary["flags"]["loss"] == ["infonce"]
+    assert summary["flags"]["grad_cache_chunk"] == 4 and summary["flags"]["loss"] == ["graded_infonce"]
     assert summary["epochs_run"] == 1 and np.isfinite(summary["final_train_metrics"]["loss"])
-    assert "infonce/logit_scale" in summary["history"]
+    assert "graded_infonce/logit_scale" in summary["history"]
+    assert summary["test"]["i2t_NCS@1"] >= 0  # scored with the exact relevance
