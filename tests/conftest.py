@@ -141,13 +141,15 @@ class ForkServer:
 
     # pytest's per-test note, and what importing torch's compiler (sentence-transformers does) sets: read by nothing
     # the server imports.
-    _IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+    # PYTHONUNBUFFERED is read at start-up, and the child applies it (tests/fork_server.py).
+    _IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "PYTHONUNBUFFERED")
 
     def __init__(self, env):
         self.process = None
         self.env = dict(env)
         self.imported_env = {}
-        self._pending = b""
+        self.channel = None
+        self.ended = {}  # pid -> return code, as the server reports the ends
 
     def _same_env(self, env) -> bool:
         """Whether `env` is the server's, but for _IGNORED and what the server's imports set themselves (a test
@@ -158,62 +160,173 @@ class ForkServer:
         return kept(env) == kept(self.env)
 
     def _start(self):
-        self._pending = b""
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fork_server.py")], cwd=ROOT,
-                                        env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        self.imported_env = self._reply(None)["imported_env"]
-
-    def _reply(self, deadline):
-        """The server's next line as JSON, or None past `deadline` (time.monotonic)."""
         import json
+        import socket
+
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fork_server.py"), str(theirs.fileno())],
+                                        cwd=ROOT, env=self.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.ended = {}
+        self.imported_env = json.loads(self._message(None))["imported_env"]
+
+    def _message(self, deadline):
+        """The server's next message, or None past `deadline` (time.monotonic; None: wait)."""
         import select
         import time
 
-        while b"\n" not in self._pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            ready, _, _ = select.select([self.process.stdout], [], [], left)
-            if ready:
-                chunk = os.read(self.process.stdout.fileno(), 65536)
-                if not chunk:
-                    raise RuntimeError("tests/fork_server.py ended unexpectedly (its output is above)")
-                self._pending += chunk
-        line, self._pending = self._pending.split(b"\n", 1)
-        return json.loads(line)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([self.channel], [], [], left)
+        if not ready:
+            return None
+        message = self.channel.recv(1 << 22)
+        if not message:
+            raise RuntimeError("tests/fork_server.py ended unexpectedly (its output is above)")
+        return message
 
-    def run(self, argv, cwd, env, timeout):
+    def collect(self, deadline) -> bool:
+        """Read one message (a child's end) before `deadline`; False if none came."""
         import json
-        import signal
-        import time
+
+        message = self._message(deadline)
+        if message is None:
+            return False
+        reply = json.loads(message)
+        assert "ended" in reply, reply
+        self.ended[reply["ended"]] = reply["returncode"]
+        return True
+
+    def _stream(self, spec, which, sent):
+        """A stream's request value and the client's read end (or None): spec as subprocess.Popen takes it, or a
+        file path."""
+        if spec == subprocess.PIPE:
+            read_end, write_end = os.pipe()
+            sent.append(write_end)
+            return len(sent) - 1, read_end
+        if spec == subprocess.STDOUT:
+            return "stdout", None
+        if spec == subprocess.DEVNULL:
+            return os.devnull, None
+        if isinstance(spec, (str, os.PathLike)):
+            return str(spec), None
+        fd = (which if spec is None else spec if isinstance(spec, int) else spec.fileno())
+        sent.append(os.dup(fd))
+        return len(sent) - 1, None
+
+    def start(self, argv, cwd, env, stdout=None, stderr=None, text=False):
+        """`subprocess.Popen([python, *argv], cwd, env, stdout, stderr, text)`: a ForkedProcess, or a Popen in a
+        fresh interpreter where `env` is not the server's."""
+        import json
+        import socket
 
         command = [sys.executable, *map(str, argv)]
         if self.process is None or self.process.poll() is not None:
             self._start()
         if not self._same_env(env):
-            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            return subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text)
+        sent = []
+        out, out_read = self._stream(stdout, 1, sent)
+        err, err_read = self._stream(stderr, 2, sent)
+        request = {"argv": command[1:], "cwd": str(cwd), "env": dict(env), "stdout": out, "stderr": err}
+        try:
+            socket.send_fds(self.channel, [json.dumps(request).encode()], sent)
+        finally:
+            for fd in sent:
+                os.close(fd)
+        while True:  # ends of other children may come first
+            reply = json.loads(self._message(None))
+            if "pid" in reply:
+                break
+            self.ended[reply["ended"]] = reply["returncode"]
+        wrap = (lambda fd: fd if fd is None else open(fd, "r" if text else "rb", errors="replace" if text else None))
+        return ForkedProcess(self, command, reply["pid"], wrap(out_read), wrap(err_read))
+
+    def run(self, argv, cwd, env, timeout):
+        """`subprocess.run([python, *argv], cwd, env, capture_output=True, text=True, timeout)`."""
+        import signal
+
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        if not self._same_env(env):
+            return subprocess.run([sys.executable, *map(str, argv)], cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="kitm-fork-") as folder:
             out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-            request = {"argv": command[1:], "cwd": str(cwd), "env": dict(env), "stdout": out, "stderr": err}
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            pid = self._reply(None)["pid"]
-            done = self._reply(time.monotonic() + timeout)
-            if done is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                self._reply(None)
+            process = self.start(argv, cwd, env, stdout=out, stderr=err)
             read = lambda path: open(path, errors="replace").read() if os.path.exists(path) else ""  # noqa: E731
-            if done is None:
-                raise subprocess.TimeoutExpired(command, timeout, output=read(out), stderr=read(err))
-            return subprocess.CompletedProcess(command, done["returncode"], read(out), read(err))
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise subprocess.TimeoutExpired(process.args, timeout, output=read(out), stderr=read(err)) from None
+            return subprocess.CompletedProcess(process.args, process.returncode, read(out), read(err))
 
     def close(self):
         if self.process is not None and self.process.poll() is None:
-            self.process.stdin.close()
+            self.channel.close()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+class ForkedProcess:
+    """What subprocess.Popen gives, for a child of tests/fork_server.py: pid, args, stdout and stderr (the read ends
+    of pipes, or None), returncode, poll, wait, communicate, send_signal, terminate, kill."""
+
+    def __init__(self, server, args, pid, stdout, stderr):
+        self.server, self.args, self.pid, self.stdout, self.stderr = server, args, pid, stdout, stderr
+        self.stdin = None
+        self.returncode = None
+
+    def poll(self):
+        import time
+
+        while self.returncode is None and self.pid not in self.server.ended and self.server.collect(time.monotonic()):
+            pass
+        if self.returncode is None and self.pid in self.server.ended:
+            self.returncode = self.server.ended.pop(self.pid)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if not self.server.collect(deadline):
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, input=None, timeout=None):
+        import threading
+
+        assert input is None, "the forked runs read nothing"
+        results = {}
+        readers = [threading.Thread(target=lambda name=name, stream=stream: results.__setitem__(name, stream.read()),
+                                    daemon=True)
+                   for name, stream in (("out", self.stdout), ("err", self.stderr)) if stream is not None]
+        for reader in readers:
+            reader.start()
+        self.wait(timeout)
+        for reader in readers:
+            reader.join()
+        return results.get("out"), results.get("err")
+
+    def send_signal(self, signal_number):
+        if self.poll() is None:
+            os.kill(self.pid, signal_number)
+
+    def terminate(self):
+        import signal
+
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        import signal
+
+        self.send_signal(signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
@@ -230,6 +343,17 @@ def launch(fork_server):
     def run(args, cwd=ROOT, timeout=600):
         return fork_server.run(["-m", "kitm.launch", *args], cwd, kitm_env(), timeout)
     return run
+
+
+@pytest.fixture(scope="session")
+def kitm_popen(fork_server):
+    """`kitm_popen(argv, cwd=<repository>, env=None, stdout=None, stderr=None, text=False)`: `subprocess.Popen` of
+    `python *argv` (as `kitm_python`), forked from tests/fork_server.py past its imports where `env` (default: this
+    checkout on PYTHONPATH, TensorFlow quiet) is the server's; otherwise a fresh interpreter. stdout and stderr as
+    Popen takes them (PIPE, STDOUT, DEVNULL, a file); stdin is empty."""
+    def start(argv, cwd=ROOT, env=None, stdout=None, stderr=None, text=False):
+        return fork_server.start(argv, cwd, kitm_env() if env is None else env, stdout, stderr, text)
+    return start
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,13 @@ because the server never runs TensorFlow: importing it starts no thread that hol
 A request whose environment differs from the server's (a test's own KERAS_BACKEND, say: such variables are read
 when the modules are imported) is not the server's business: the client runs those in a fresh interpreter.
 
-Protocol: once its imports are done the server writes {"imported_env": the variables they set}; then one line of
-JSON each way on stdin / stdout per run: {"argv", "cwd", "env", "stdout", "stderr"} (argv: what follows `python`:
-["-m", module, *args], ["-c", source, *args] or [script, *args]) -> {"pid"} once the child is started, then
-{"returncode"} once it has ended (negative: killed by that signal, as `subprocess` reports it). The server ends when
-its stdin closes.
+Protocol: messages of JSON on a SOCK_SEQPACKET socket (its descriptor the server's argument). Once its imports are
+done the server sends {"imported_env": the variables they set}. A request {"argv", "cwd", "env", "stdout", "stderr"}
+(argv: what follows `python`: ["-m", module, *args], ["-c", source, *args] or [script, *args]; each stream a file
+path, "stdout" for stderr joining it, or the index of a descriptor sent with the request, the write end of a pipe)
+is answered {"pid"} once the child is started; {"ended": pid, "returncode"} follows when a child ends (negative:
+killed by that signal, as `subprocess` reports it). Several children may run at once. The server ends when the
+client closes its end.
 """
 
 import json
@@ -30,7 +32,7 @@ import sys
 PRELOADED = ("kitm.tensorflow_logs", "tensorflow", "keras", "kitm.experiment")
 
 
-def _child(request: dict) -> None:
+def _child(request: dict, fds: list) -> None:
     """In the forked child: become the run. Never returns: the run's SystemExit (or exception) unwinds to the top of
     this script, where the interpreter ends as a fresh one would (its threads joined, atexit handlers run, output
     flushed, a traceback and status 1 for an exception)."""
@@ -42,13 +44,22 @@ def _child(request: dict) -> None:
     os.environ.update(request["env"])
     sys.stdout.flush()
     sys.stderr.flush()
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # Each stream: a file path, the index of a descriptor sent with the request (a pipe the client reads), or
+    # "stdout" (stderr joins stdout).
+    for fd, where in ((1, request["stdout"]), (2, request["stderr"])):
+        if where == "stdout":
+            os.dup2(1, 2)
+            continue
+        target = fds[where] if isinstance(where, int) else os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
+    for target in fds:
         os.close(target)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    if os.environ.get("PYTHONUNBUFFERED"):  # read at start-up: what it would have made of the two streams
+        sys.stdout.reconfigure(write_through=True)
+        sys.stderr.reconfigure(write_through=True)
     argv = request["argv"]
     if argv[0] == "-m":
         sys.path[0] = os.getcwd()  # as `python -m` puts the working folder first
@@ -69,30 +80,42 @@ def _child(request: dict) -> None:
     sys.exit(0)
 
 
-def serve() -> None:
-    sys.path[0] = os.getcwd()  # the repository (the client starts the server there), not tests/
+def serve(channel_fd: int) -> None:
     import importlib
+    import select
+    import socket
 
+    sys.path[0] = os.getcwd()  # the repository (the client starts the server there), not tests/
+    channel = socket.socket(fileno=channel_fd)  # SOCK_SEQPACKET: one message a request or a reply
     before = dict(os.environ)
     for name in PRELOADED:
         importlib.import_module(name)
-    reply = sys.stdout
     # What importing set in the environment (TensorFlow sets TF2_BEHAVIOR, KMP_DUPLICATE_LIB_OK, ...): the client
     # does not count those as another environment when a test process has imported the same modules.
     imported = {key: value for key, value in os.environ.items() if before.get(key) != value}
-    reply.write(json.dumps({"imported_env": imported}) + "\n")
-    reply.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        reply.write(json.dumps({"pid": pid}) + "\n")
-        reply.flush()
-        _, status = os.waitpid(pid, 0)
-        reply.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
-        reply.flush()
+    channel.send(json.dumps({"imported_env": imported}).encode())
+    running = set()
+    while True:
+        # Requests as they come; the children's ends looked for every 50 ms while any runs.
+        ready, _, _ = select.select([channel], [], [], 0.05 if running else None)
+        if ready:
+            message, fds, _, _ = socket.recv_fds(channel, 1 << 22, 4)
+            if not message:
+                break
+            pid = os.fork()
+            if pid == 0:
+                channel.close()
+                _child(json.loads(message), fds)
+            for fd in fds:
+                os.close(fd)
+            running.add(pid)
+            channel.send(json.dumps({"pid": pid}).encode())
+        for pid in list(running):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                running.discard(pid)
+                channel.send(json.dumps({"ended": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 
 if __name__ == "__main__":
-    serve()
+    serve(int(sys.argv[1]))

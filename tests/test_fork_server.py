@@ -75,3 +75,23 @@ def test_a_script_runs_with_its_folder_first_on_sys_path(kitm_python, tmp_path, 
     done = kitm_python([script, "0", "y"], cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert f'"path0": "{tmp_path / "scripts"}"' in done.stdout and f'"argv": ["{script}", "0", "y"]' in done.stdout
+
+
+def test_popen_streams_lines_while_the_run_goes_on_and_is_killed(kitm_popen, env):
+    import signal
+
+    process = kitm_popen(["-c", "import time\nfor i in range(100):\n    print(i, flush=True)\n    time.sleep(0.1)"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout.readline() == "0\n" and process.poll() is None
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_two_popens_at_once_and_communicate(kitm_popen, env):
+    source = "import sys, time\ntime.sleep(float(sys.argv[1]))\nprint('out', sys.argv[1])\nprint('err', file=sys.stderr)"
+    slow = kitm_popen(["-c", source, "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    quick = kitm_popen(["-c", source, "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert quick.communicate(timeout=60) == ("out 0\n", "err\n") and quick.returncode == 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        slow.wait(timeout=0.01)
+    assert slow.communicate(timeout=60) == ("out 2\n", "err\n") and slow.returncode == 0

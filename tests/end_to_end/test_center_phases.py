@@ -3,10 +3,8 @@ launcher, killed with SIGKILL after phase 1 and resumed in the right phase with 
 logged, the quantizer started by k-means of the unquantized centres."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -31,18 +29,17 @@ def world(tmp_path_factory):
 
 
 def _launcher(args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return [sys.executable, "-m", "kitm.launch", *args], env
+    return ["-m", "kitm.launch", *args]  # what follows `python`, for the kitm_popen and kitm_python fixtures
 
 
 @pytest.fixture(scope="module")
-def killed_and_resumed(world, tmp_path_factory, repo_root, checkpoint_tensors):
+def killed_and_resumed(world, tmp_path_factory, repo_root, checkpoint_tensors, kitm_popen, kitm_python):
     """Phases 1, 2, 1 epochs: SIGKILL as soon as phase 1's state is on disk, then the same command again."""
     run_dir = tmp_path_factory.mktemp("centers_run") / "run"
     args = [f"--flagfile={repo_root / 'launch' / 'centers.flags'}", *TINY, f"--data_dir={world}", f"--run_dir={run_dir}",
             "--center_phase_epochs=1,2,1", "--num_quantized_centers=8", "--margin_update_every=1"]
-    command, env = _launcher(args)
-    first = subprocess.Popen(command, cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = _launcher(args)
+    first = kitm_popen(command, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 400
     try:
         while first.poll() is None and time.time() < deadline:
@@ -59,7 +56,7 @@ def killed_and_resumed(world, tmp_path_factory, repo_root, checkpoint_tensors):
     saved_dir = latest_state(run_dir / "loss_state")
     saved = {"state": read_state_json(saved_dir), "tensors": checkpoint_tensors(saved_dir, "")}
     started = time.time()
-    second = subprocess.run(command, cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
+    second = kitm_python(command, cwd=repo_root)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
     return run_dir, saved, second, time.time() - started
 

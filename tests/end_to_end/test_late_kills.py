@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -15,15 +14,14 @@ import pytest
 
 def _command(tiny_flags, tiny_synthetic, run_dir):
     # 6 steps in one epoch; the backup holds the epoch's end when training is over.
-    return [sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}",
+    return ["-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}",
             "--epochs=1", "--eval_every_epochs=0", "--projector_samples=0"]
 
 
-def _kill_when(command, cwd, env, ready, what: str) -> str:
+def _kill_when(kitm_popen, command, cwd, env, ready, what: str) -> str:
     """Run `command` and SIGKILL it as soon as `ready(lines printed so far)` holds (polled every 5 ms, so a state
     on disk is caught between two lines); its output up to then."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               bufsize=1)
+    process = kitm_popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
@@ -44,25 +42,25 @@ def _kill_when(command, cwd, env, ready, what: str) -> str:
 
 @pytest.mark.slow
 def test_a_run_killed_while_scoring_or_exporting_finishes_on_the_rerun_without_training(
-        tiny_synthetic, tmp_path, tiny_flags, repo_root):
+        tiny_synthetic, tmp_path, tiny_flags, repo_root, subprocess_env, kitm_popen, kitm_python):
     from kitm.serving.versions import latest_version_dir
 
     run_dir = tmp_path / "run"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env = subprocess_env(PYTHONUNBUFFERED="1")
     command = _command(tiny_flags, tiny_synthetic, run_dir)
 
-    _kill_when(command, repo_root, env, lambda lines: any(line.startswith("Evaluating on the test split") for line in lines),
+    _kill_when(kitm_popen, command, repo_root, env, lambda lines: any(line.startswith("Evaluating on the test split") for line in lines),
                "the test scoring")
     assert not (run_dir / "summary.json").exists() and not (run_dir / "export").exists()
 
     export = run_dir / "export"
     # Killed while the SavedModel is written: the first file under export/ is the temporary's.
-    output = _kill_when(command, repo_root, env, lambda lines: export.exists() and any(export.iterdir()), "the export")
+    output = _kill_when(kitm_popen, command, repo_root, env, lambda lines: export.exists() and any(export.iterdir()), "the export")
     assert "Resumed from the backup at step 6 of 6." in output
     assert not (export / "1").exists() and all(not path.name.isdigit() for path in export.iterdir())
     assert latest_version_dir(export) is None  # what serving and kitm.index open: nothing half-written
 
-    result = subprocess.run(command, cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
+    result = kitm_python(command, cwd=repo_root, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Resumed from the backup at step 6 of 6." in result.stdout and "Epoch 1/" not in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())

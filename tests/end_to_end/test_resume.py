@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
@@ -20,17 +19,18 @@ def _flags(tiny_flags, tiny_synthetic, run_dir):
 
 
 def _command(tiny_flags, tiny_synthetic, run_dir):
-    return [sys.executable, "-m", "kitm.launch", *_flags(tiny_flags, tiny_synthetic, run_dir)]
+    """What follows `python` (the kitm_popen / kitm_python fixtures run it as a fresh interpreter would)."""
+    return ["-m", "kitm.launch", *_flags(tiny_flags, tiny_synthetic, run_dir)]
 
 
 @pytest.mark.slow
 def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tiny_synthetic, tmp_path, tiny_flags, repo_root,
+                                                                            kitm_popen, kitm_python,
                                                                             launch_refused):
     run_dir = tmp_path / "run"
     metadata = run_dir / "backup" / "training_metadata.json"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.Popen(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = kitm_popen(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 400
         while not metadata.exists() and process.poll() is None and time.time() < deadline:
@@ -57,8 +57,7 @@ def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tin
         assert f"(recorded in {run_dir / 'backup' / 'run_settings.json'})" in refused
         assert {path.name: path.read_bytes() for path in (run_dir / "backup").iterdir()} == backup
 
-    result = subprocess.run(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = kitm_python(_command(tiny_flags, tiny_synthetic, run_dir), cwd=repo_root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
     assert f"Resumed from the backup at step {killed_at} of 18." in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
