@@ -23,7 +23,8 @@ def _free_ports(count):
 
 
 @pytest.mark.slow
-def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_synthetic, tmp_path, tiny_flags, repo_root):
+def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_synthetic, tmp_path, tiny_flags, repo_root,
+                                                                          kitm_python):
     run_dir, scratch = tmp_path / "run", tmp_path / "scratch"
     scratch.mkdir()
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
@@ -71,9 +72,8 @@ def test_two_workers_on_localhost_train_together_and_only_the_chief_writes(tiny_
     # the same weights after the 6 steps.
     one_dir = tmp_path / "one"
     one_args = [a for a in args if not a.startswith(("--run_dir=", "--strategy="))]
-    one = subprocess.run([*one_args, f"--run_dir={one_dir}", "--export=false", "--strategy=mirrored",
-                          "--cpu_devices=2"], cwd=repo_root,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True, timeout=480)
+    one = kitm_python([*one_args[1:], f"--run_dir={one_dir}", "--export=false", "--strategy=mirrored",
+                       "--cpu_devices=2"], cwd=repo_root, timeout=480)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
     with h5py.File(run_dir / "checkpoints" / "last.weights.h5") as two_file, \
             h5py.File(one_dir / "checkpoints" / "last.weights.h5") as one_file:

@@ -37,12 +37,12 @@ def _flag(name, value):
 
 @pytest.mark.slow
 def test_runs_with_the_same_seed_give_the_same_losses_in_one_process_and_in_two(tiny_synthetic, tmp_path,
-                                                                                 repo_root):
+                                                                                 repo_root, kitm_popen):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "kitm.launch", *(_flag(name, value) for name, value in SETTINGS.items()),
-         f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path / 'launcher'}"],
-        cwd=repo_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = kitm_popen(["-m", "kitm.launch", *(_flag(name, value) for name, value in SETTINGS.items()),
+                           f"--data_dir={tiny_synthetic}", f"--run_dir={tmp_path / 'launcher'}"],
+                          cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The two runs in one process: a fresh interpreter, where the first run imports what the input pipeline needs.
     python = subprocess.run([sys.executable, "-c", TWO_RUNS_IN_ONE_PROCESS, str(tiny_synthetic), str(tmp_path),
                              json.dumps(SETTINGS)], cwd=repo_root, env=env, capture_output=True, text=True,
                             timeout=600)

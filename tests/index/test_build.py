@@ -144,7 +144,7 @@ def test_help(module, kitm_python):
     assert result.returncode == 0 and "usage: python -m " + module in result.stdout
 
 
-def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_run, subprocess_env):
+def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_run, kitm_popen, kitm_python):
     import signal
     import time
 
@@ -154,9 +154,9 @@ def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_r
     for i in range(150):
         Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(photos / f"{i:03d}.jpg")
     out = tmp_path / "index"
-    command = [sys.executable, "-m", "kitm.index", f"--export_dir={tiny_search_run / 'export' / '1'}",
-               f"--images={photos}", f"--out={out}", "--chunk_size=1", "--batch_size=1", "--no-progress"]
-    process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    command = ["-m", "kitm.index", f"--export_dir={tiny_search_run / 'export' / '1'}", f"--images={photos}",
+               f"--out={out}", "--chunk_size=1", "--batch_size=1", "--no-progress"]
+    process = kitm_popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     chunks = tmp_path / "index.partial" / "chunks"
 
     def finished_chunks():
@@ -177,7 +177,7 @@ def test_a_sigkilled_build_resumes_with_the_same_command(tmp_path, tiny_search_r
     kept = len(finished_chunks())
     assert 5 <= kept < 150
 
-    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    result = kitm_python(command, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Resuming {out}: {kept} of 150 images already embedded" in result.stderr
     assert "Index: " in result.stdout and "150 images" in result.stdout

@@ -13,7 +13,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -58,12 +57,12 @@ def _request(url, data=None, headers=None, method=None, timeout=60):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_search_index, subprocess_env, tmp_path_factory):
+def server(tiny_search_index, kitm_popen, tmp_path_factory):
     """The base URL of `python -m kitm.search` serving tiny_search_index on 127.0.0.1 (stopped after the module)."""
     port = _free_port()
     log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
-    process = subprocess.Popen([sys.executable, "-m", "kitm.search", f"--index={tiny_search_index}", f"--port={port}",
-                                "--host=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=subprocess_env())
+    process = kitm_popen(["-m", "kitm.search", f"--index={tiny_search_index}", f"--port={port}", "--host=127.0.0.1"],
+                         stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
