@@ -137,7 +137,8 @@ class ForkServer:
     TensorFlow, Keras and kitm (about 10 s saved a run; the child starts as a fresh interpreter stands after those
     imports). The server starts on first use, in `kitm_env()` as it was when this file was imported (before any test's
     monkeypatching); a run in another environment (variables read at import, a test's KERAS_HOME say) gets a fresh
-    interpreter instead."""
+    interpreter instead. `start(argv, cwd, env, stdout, stderr, text)` is the same run as `subprocess.Popen` starts it
+    (a ForkedProcess); several may run at once."""
 
     # pytest's per-test note, and what importing torch's compiler (sentence-transformers does) sets: read by nothing
     # the server imports.
