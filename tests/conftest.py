@@ -160,6 +160,12 @@ class ForkServer:
                     if k not in self._IGNORED and not (k in self.imported_env and v == self.imported_env[k])}
         return kept(env) == kept(self.env)
 
+    def _forks(self, env) -> bool:
+        """Whether a run in `env` is forked (the server started first where it is not running)."""
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        return self._same_env(env)
+
     def _start(self):
         import json
         import socket
@@ -221,9 +227,7 @@ class ForkServer:
         import socket
 
         command = [sys.executable, *map(str, argv)]
-        if self.process is None or self.process.poll() is not None:
-            self._start()
-        if not self._same_env(env):
+        if not self._forks(env):
             return subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text)
         sent = []
         out, out_read = self._stream(stdout, 1, sent)
@@ -246,9 +250,7 @@ class ForkServer:
         """`subprocess.run([python, *argv], cwd, env, capture_output=True, text=True, timeout)`."""
         import signal
 
-        if self.process is None or self.process.poll() is not None:
-            self._start()
-        if not self._same_env(env):
+        if not self._forks(env):
             return subprocess.run([sys.executable, *map(str, argv)], cwd=cwd, env=env, capture_output=True, text=True,
                                   timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="kitm-fork-") as folder:

@@ -49,13 +49,15 @@ def test_a_run_killed_while_scoring_or_exporting_finishes_on_the_rerun_without_t
     env = subprocess_env(PYTHONUNBUFFERED="1")
     command = _command(tiny_flags, tiny_synthetic, run_dir)
 
-    _kill_when(kitm_popen, command, repo_root, env, lambda lines: any(line.startswith("Evaluating on the test split") for line in lines),
+    _kill_when(kitm_popen, command, repo_root, env,
+               lambda lines: any(line.startswith("Evaluating on the test split") for line in lines),
                "the test scoring")
     assert not (run_dir / "summary.json").exists() and not (run_dir / "export").exists()
 
     export = run_dir / "export"
     # Killed while the SavedModel is written: the first file under export/ is the temporary's.
-    output = _kill_when(kitm_popen, command, repo_root, env, lambda lines: export.exists() and any(export.iterdir()), "the export")
+    output = _kill_when(kitm_popen, command, repo_root, env, lambda lines: export.exists() and any(export.iterdir()),
+                        "the export")
     assert "Resumed from the backup at step 6 of 6." in output
     assert not (export / "1").exists() and all(not path.name.isdigit() for path in export.iterdir())
     assert latest_version_dir(export) is None  # what serving and kitm.index open: nothing half-written

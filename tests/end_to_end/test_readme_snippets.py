@@ -1,5 +1,6 @@
 """Every ```python block of README.md and of every docs/*.md page runs as written, each in its own process (as a
-fresh interpreter would: the `kitm_python` fixture) and fresh working directory (test ids name the file and the block's line: ``docs/library.md:7``).
+fresh interpreter would: the `kitm_python` fixture) and fresh working directory (test ids name the file and the
+block's line: ``docs/library.md:7``).
 
 A block runs with the repository on PYTHONPATH, HF_HUB_OFFLINE=1 and KERAS_BACKEND=tensorflow, in an empty
 temporary folder holding what the pages assume of a checkout (`launch/`, linked). A marker comment on the line
