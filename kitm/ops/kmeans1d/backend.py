@@ -12,6 +12,11 @@ speed only, never for the arithmetic:
 - run-time checks (finite values, k_max <= cols, the mask's shape): TensorFlow asserts in the graph
   (`InvalidArgumentError`, also with unknown shapes); elsewhere shapes are static and values are checked
   where they are concrete (eager), with `ValueError`; inside `jax.jit` they are not checked.
+- gathers (`take_last`, `pick_along`): on TensorFlow one `tf.gather` with batch dimensions, where
+  `keras.ops.take_along_axis` builds about 70 ops for shapes unknown when traced (broadcasts, negative-index
+  wrapping, transposes); the solver gathers some 30 times per trace, so that was two thirds of its graph and
+  of its tracing and compile time.  Elsewhere `keras.ops.take_along_axis`.  The indices here are always in
+  range and the leading dimensions equal, which is all the single op needs.
 
 TensorFlow is imported only when it is the Keras backend.
 """
@@ -70,6 +75,33 @@ def compiled(run, jit_compile: bool):
 
         return jax.jit(run)
     return run
+
+
+def take_last(table, index):
+    """table [d_0..d_{L-1}, m] read along its last axis at index [d_0..d_{L-1}, ...], each leading cell b
+    into its own row: `out[b, ...] = table[b, index[b, ...]]`, shape [d_0..d_{L-1}, ...] (indices in [0, m))."""
+    leading = len(table.shape) - 1
+    if on_tensorflow():
+        import tensorflow as tf
+
+        return tf.gather(table, index, batch_dims=leading)
+    shape = ops.shape(index)
+    flat = ops.reshape(index, tuple(shape[:leading]) + (-1,))
+    return ops.reshape(ops.take_along_axis(table, flat, axis=-1), shape)
+
+
+def pick_along(table, index, axis: int):
+    """One entry along `axis` per leading cell: table [d_0..d_{a-1}, m, ...] at index [d_0..d_{a-1}] gives
+    [d_0..d_{a-1}, ...] (`out[b, ...] = table[b, index[b], ...]`, indices in [0, m))."""
+    if on_tensorflow():
+        import tensorflow as tf
+
+        return tf.gather(table, index, axis=axis, batch_dims=axis)
+    for _ in range(len(table.shape) - axis):
+        index = ops.expand_dims(index, -1)
+    shape = ops.shape(table)
+    index = ops.broadcast_to(index, tuple(shape[:axis]) + (1,) + tuple(shape[axis + 1:]))
+    return ops.squeeze(ops.take_along_axis(table, index, axis=axis), axis)
 
 
 def set_shape(tensor, shape) -> None:

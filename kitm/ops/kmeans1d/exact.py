@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from keras import ops
 
+from kitm.ops.kmeans1d.backend import take_last
 from kitm.ops.kmeans1d.sorted_rows import INF, SortedRows, _f64, _int, _shape
 
 # Bands of run ends that skip the all-infinite upper triangle of the DP table (see `_exact_dp`).
 _BANDS = 4
-
-
-def _gather_rows(table, at):
-    """table [r, m] read at at [r, ...] along axis 1 (at has table's rank)."""
-    return ops.take_along_axis(table, at, axis=1)
 
 
 def _exact_dp(rows: SortedRows, k_max):
@@ -35,13 +31,13 @@ def _exact_dp(rows: SortedRows, k_max):
     r, n = _shape(rows.xs)[0], _shape(rows.xs)[1]
     ends_, starts_ = ops.arange(1, n + 1, dtype="int32"), ops.arange(n, dtype="int32")
 
-    def q_block(lo, hi):  # q[:, lo:hi, :hi]: ends j = lo+1..hi, starts i = 0..hi-1
-        length = ends_[lo:hi, None] - starts_[None, :hi]
-        seg_sum = s1[:, lo + 1:hi + 1, None] - s1[:, None, :hi]
-        return ops.where(length > 0, seg_sum * seg_sum * (-1.0 / _f64(ops.maximum(length, 1))), INF)
+    def q_block(band):  # q[:, lo:hi, :hi]: ends j = lo+1..hi, starts i = 0..hi-1
+        run_exists, minus_inverse_length, s1_ends, s1_starts = band
+        seg_sum = s1_ends - s1_starts
+        return ops.where(run_exists, seg_sum * seg_sum * minus_inverse_length, INF)
 
     def q_at(j, i):  # q at run ends j (1-based) and starts i, same shapes [r, ...]
-        seg_sum = _gather_rows(s1, j) - _gather_rows(s1, i)
+        seg_sum = take_last(s1, j) - take_last(s1, i)
         length = j - i
         return ops.where(length > 0, seg_sum * seg_sum * (-1.0 / _f64(ops.maximum(length, 1))), INF)
 
@@ -51,11 +47,18 @@ def _exact_dp(rows: SortedRows, k_max):
     bands = _BANDS
     band_hi = [(n * g + bands - 1) // bands for g in range(1, bands + 1)]
     band_lo = [0] + band_hi[:-1]
+    # What a band's block is computed from, sliced once for every k (each slice of a shape unknown when traced
+    # is a handful of graph ops; the blocks themselves are still computed where they are reduced).
+    band_parts = []
+    for lo, hi in zip(band_lo, band_hi):
+        length = ends_[lo:hi, None] - starts_[None, :hi]
+        band_parts.append((length > 0, -1.0 / _f64(ops.maximum(length, 1)), s1[:, lo + 1:hi + 1, None],
+                           s1[:, None, :hi]))
 
     last = ops.maximum(n_valid - 1, 0)[:, None]  # index of the end j = n_valid (any index when n_valid = 0)
     all_ends = ops.broadcast_to(ends_[None, :], (r, n))
     d = s2[:, 1:] + q_at(all_ends, ops.zeros_like(all_ends))  # D_1(j) for j = 1..n: one run [0, j)
-    sse = [_gather_rows(d, last)[:, 0]]
+    sse = [take_last(d, last)[:, 0]]
     # best_cut[k-1][b, j-1] = start of the last run in the best k-run split of [0, j); for k = k_max
     # only j = n_valid is ever read back, so that step scores one row of q instead of the table.
     best_cut = [None]
@@ -65,17 +68,17 @@ def _exact_dp(rows: SortedRows, k_max):
                              ops.where(cut_ok[:, 1:n], d[:, :-1], INF) - s2[:, 1:n]], axis=1)
         if k < k_max:
             args = []
-            for lo, hi in zip(band_lo, band_hi):
-                args.append(_int(ops.argmin(q_block(lo, hi) + e[:, None, :hi], axis=2)))
+            for band, hi in zip(band_parts, band_hi):
+                args.append(_int(ops.argmin(q_block(band) + e[:, None, :hi], axis=2)))
             arg = ops.concatenate(args, axis=1)
             # The minimum, recomputed at the argmin (cheaper than gathering from a block).
-            d = s2[:, 1:] + q_at(all_ends, arg) + _gather_rows(e, arg)
-            sse.append(_gather_rows(d, last)[:, 0])
+            d = s2[:, 1:] + q_at(all_ends, arg) + take_last(e, arg)
+            sse.append(take_last(d, last)[:, 0])
         else:
             end = ops.broadcast_to(n_valid[:, None], (r, n))
             total = q_at(end, ops.broadcast_to(starts_[None, :], (r, n))) + e  # [r, n]: the row j = n_valid
             arg = _int(ops.argmin(total, axis=1))
-            sse.append(_gather_rows(s2, n_valid[:, None])[:, 0] + _gather_rows(total, arg[:, None])[:, 0])
+            sse.append(take_last(s2, n_valid[:, None])[:, 0] + take_last(total, arg[:, None])[:, 0])
         best_cut.append(arg)
     return sse, best_cut
 
@@ -97,7 +100,7 @@ def _backtrack(best_cut, n_valid, k_min, k_max):
             found = ops.tile(best_cut[c - 1][:, None], (1, len(ks_list)))
         else:
             # end >= c on every chain of an eligible k; the clamp only keeps the others in range.
-            found = _gather_rows(best_cut[c - 1], ops.maximum(end - 1, 0))
+            found = take_last(best_cut[c - 1], ops.maximum(end - 1, 0))
         end = ops.where(active, found, end)
         run_start[c - 1] = ops.where(active, found, full)
     # Stack Python lists rather than slicing one stacked tensor: TF 2.20's grappler rewrites a

@@ -10,6 +10,7 @@ import numpy as np
 
 from keras import ops
 
+from kitm.ops.kmeans1d.backend import take_last
 from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _cumsum, _f64, _int, _shape
 
 
@@ -108,7 +109,6 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
     [r, runs, num_centres]."""
     x = xs[:, None, :]  # [r, 1, n]
     valid = in_range[:, None, :]
-    r = _shape(xs)[0]
     count = _counter(xs, in_range, n_valid)
     most = ops.maximum(n_valid, 1)
 
@@ -139,15 +139,14 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
         ends = count(0.5 * (ops.stack([below, above], axis=-1) + v), "right")  # [r, runs, T, 2]
         ends = ops.stack([ends[..., 0], ops.maximum(ends[..., 1], ends[..., 0])], axis=-1)
         prefix_closest = ops.concatenate([ops.zeros_like(cumulative[..., :1]), cumulative], axis=2)  # [r, runs, n+1]
-        closest_at = ops.take_along_axis(prefix_closest, ops.reshape(ends, (r, _shape(ends)[1], -1)), axis=2)
-        closest_at = ops.reshape(closest_at, _shape(ends))
+        closest_at = take_last(prefix_closest, ends)  # [r, runs, T, 2]
         cell = _f64(ends[..., 1] - ends[..., 0])
         sum_x = _at(s1, ends[..., 1]) - _at(s1, ends[..., 0])
         sum_x2 = _at(s2, ends[..., 1]) - _at(s2, ends[..., 0])
         gain = closest_at[..., 1] - closest_at[..., 0] - (sum_x2 - 2.0 * value * sum_x + value * value * cell)
         trial_potential = potential[..., None] - ops.where(ops.logical_not(duplicate), gain, 0.0)
         pick = _int(ops.argmin(trial_potential, axis=2))[..., None]
-        best_value = ops.take_along_axis(value, pick, axis=2)[..., 0]
+        best_value = take_last(value, pick)[..., 0]
         closest = ops.minimum(closest, ops.where(valid, ops.square(x - best_value[..., None]), 0.0))
         centers.append(best_value)
     return ops.stack(centers, axis=2)

@@ -5,18 +5,11 @@ from __future__ import annotations
 
 from keras import ops
 
+from kitm.ops.kmeans1d.backend import pick_along, take_last
 from kitm.ops.kmeans1d.exact import _backtrack, _exact_dp
 from kitm.ops.kmeans1d.lloyd import _lloyd_candidates
 from kitm.ops.kmeans1d.silhouette import _silhouette
 from kitm.ops.kmeans1d.sorted_rows import INF, SortedRows, _f64, _int, _runs_sse, _shape, _sorted_rows
-
-
-def _take(table, index, axis):
-    """table read at index along `axis`, index of table's shape up to `axis` (one index per leading cell)."""
-    for _ in range(len(table.shape) - axis):
-        index = ops.expand_dims(index, -1)
-    index = ops.broadcast_to(index, tuple(_shape(table)[:axis]) + (1,) + tuple(_shape(table)[axis + 1:]))
-    return ops.squeeze(ops.take_along_axis(table, index, axis=axis), axis)
 
 
 def _nonnegative(x):
@@ -44,8 +37,8 @@ def _solve(x, valid, draws, k_min, k_max, lloyd_runs):
     scored = ops.where(cand_eligible, cand_sil, -INF)
     choice = _int(ops.argmax(scored, axis=1))  # first maximum: smallest k on ties
     k = ops.where(few, rows.distinct, k_min + choice)
-    silhouette = ops.where(few, few_sil, _take(cand_sil, choice, 1))
-    run = ops.where(few[:, None], few_run, _take(cand_runs, choice, 1))
+    silhouette = ops.where(few, few_sil, pick_along(cand_sil, choice, 1))
+    run = ops.where(few[:, None], few_run, pick_along(cand_runs, choice, 1))
     labels, cand_labels = _labels_in_column_order(rows, k, run, ks, cand_runs)
     return labels, k, silhouette, cand_labels, cand_sse, cand_sil, cand_eligible, optimal_sse
 
@@ -78,10 +71,10 @@ def _best_candidates(rows: SortedRows, starts, ends, optimal_sse, cand_eligible,
     all_sil = ops.reshape(_silhouette(xs, s1, flat_runs, flat_starts, flat_ends, in_range, n_valid),
                           (r, num_k, per_k))
     pick = _int(ops.argmax(ops.where(usable, all_sil, -INF), axis=2))  # first: exact on ties
-    cand_sil = _take(all_sil, pick, 2)  # [r, K]
-    cand_runs = _take(ops.reshape(flat_runs, (r, num_k, per_k, n)), pick, 2)  # [r, K, n]
-    kept_starts = _take(starts, pick, 2)  # [r, K, k_max]
-    kept_ends = _take(ends, pick, 2)
+    cand_sil = pick_along(all_sil, pick, 2)  # [r, K]
+    cand_runs = pick_along(ops.reshape(flat_runs, (r, num_k, per_k, n)), pick, 2)  # [r, K, n]
+    kept_starts = pick_along(starts, pick, 2)  # [r, K, k_max]
+    kept_ends = pick_along(ends, pick, 2)
     cand_sse = ops.where(pick == 0, optimal_sse, _nonnegative(_runs_sse(s1, s2, kept_starts, kept_ends)))
     cand_sse = ops.where(cand_eligible, cand_sse, INF)
     return cand_sil, cand_runs, cand_sse
@@ -110,7 +103,7 @@ def _labels_in_column_order(rows: SortedRows, k, run, ks, cand_runs):
     order, in_range = rows.order, rows.in_range
     # inverse[b, order[b, t]] = t: the inverse permutation, by sorting the permutation (every entry distinct).
     inverse = _int(ops.argsort(order, axis=1))
-    labels = ops.take_along_axis(ops.where(in_range, k[:, None] - run, 0), inverse, axis=1)
+    labels = take_last(ops.where(in_range, k[:, None] - run, 0), inverse)
     cand_labels = ops.where(in_range[:, None, :], ks[None, :, None] - cand_runs, 0)
-    cand_labels = ops.take_along_axis(cand_labels, ops.broadcast_to(inverse[:, None, :], _shape(cand_labels)), axis=2)
+    cand_labels = take_last(cand_labels, ops.broadcast_to(inverse[:, None, :], _shape(cand_labels)))
     return _int(labels), _int(cand_labels)

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 import keras
 from keras import ops
 
+from kitm.ops.kmeans1d.backend import take_last
+
 INF = float("inf")
 
 
@@ -65,7 +67,7 @@ def _sorted_rows(x, valid) -> SortedRows:
     # Ties may come out in any order: equal values always share a cluster (cuts only between
     # different values, Lloyd's cells and the seeds read values), so no output depends on it.
     order = _int(ops.argsort(ops.where(valid, x, INF), axis=1))
-    xs = ops.take_along_axis(x, order, axis=1)
+    xs = take_last(x, order)
     pos = ops.arange(n, dtype="int32")
     in_range = pos[None, :] < n_valid[:, None]  # [r, n]
     row_mean = ops.sum(ops.where(in_range, xs, 0.0), axis=1) / _f64(ops.maximum(n_valid, 1))
@@ -87,8 +89,7 @@ def _sorted_rows(x, valid) -> SortedRows:
 
 def _at(table, index):
     """table [r, m] read at index [r, ...] (each row of index into its own row of table)."""
-    flat = ops.reshape(index, (_shape(table)[0], -1))
-    return ops.reshape(ops.take_along_axis(table, flat, axis=1), _shape(index))
+    return take_last(table, index)
 
 
 def _runs_sse(s1, s2, starts, ends):
@@ -104,14 +105,16 @@ def _counter(xs, in_range, n_valid):
 
     A batched search-sorted written as a count of comparisons ([r, m, n] for m values per row): keras.ops'
     searchsorted takes one 1-D sequence, and the m searched per row are few (one per cut or trial)."""
-    r = _shape(xs)[0]
-    searchable = ops.where(in_range, xs, INF)[:, None, :]  # sorted, +inf past n_valid
+    searchable = ops.where(in_range, xs, INF)  # sorted, +inf past n_valid
 
     def count(values, side):
-        flat = ops.reshape(values, (r, -1))[:, :, None]
-        hit = ops.less_equal(searchable, flat) if side == "right" else ops.less(searchable, flat)
-        found = _int(ops.sum(_int(hit), axis=2))
-        limit = ops.reshape(n_valid, [-1] + [1] * (len(values.shape) - 1))
-        return ops.minimum(ops.reshape(found, _shape(values)), limit)
+        # values [r, ...] against the row [r, 1.., n]: broadcasting by added axes, not reshapes (cheaper to
+        # trace for shapes unknown when traced).
+        row, limit = searchable, n_valid
+        for _ in range(len(values.shape) - 1):
+            row, limit = ops.expand_dims(row, 1), ops.expand_dims(limit, 1)
+        at = ops.expand_dims(values, -1)
+        hit = ops.less_equal(row, at) if side == "right" else ops.less(row, at)
+        return ops.minimum(_int(ops.sum(_int(hit), axis=-1)), limit)
 
     return count
