@@ -113,6 +113,11 @@ class ModelConfig(_Section):
         "The image tower's learning rate is --learning_rate x this (e.g. 0.1 for a pretrained tower)."))
     text_tower_lr_multiplier: float = setting(1.0, lower=0.0, help=(
         "The text tower's learning rate is --learning_rate x this."))
+    lora_rank: int = setting(0, lower=0, help=(
+        "keras-hub towers: train rank-N low-rank adapters (LoRA) on each tower's attention query and value "
+        "projections, keras-hub's enable_lora, with the rest of the tower frozen; the projections into the joint "
+        "space still train. Checkpoints hold the adapters, the SavedModel and .keras files the merged weights. "
+        "0: off (the towers train, or not, as --freeze_*_tower say). docs/fine-tuning-clip.md."))
     text_bidirectional: bool = setting(True, help=(
         "Bidirectional GRU text tower (the papers'); false: one forward GRU, as the VSE++ reference code."))
     # auto is packed unless XLA compiles the step: the fastest correct path by default (issue 33); runs trained

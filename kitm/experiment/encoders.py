@@ -114,7 +114,9 @@ def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
             if name in config.explicit and config.get(name) != HUB:
                 raise KitmConfigError(f"{option('joint_preset')} makes both towers keras-hub ones; drop "
                                       f"{option(name)}={config.get(name)} (or set it to {HUB}).")
-        return config.fill(image_encoder=HUB, text_encoder=HUB)
+        config = config.fill(image_encoder=HUB, text_encoder=HUB)
+        _check_lora(config)
+        return config
     if model.image_encoder == HUB and not model.image_preset:
         raise KitmConfigError(f"{option('image_encoder')}={HUB} needs {option('image_preset')}: a keras-hub preset "
                               "handle (e.g. clip_vit_base_patch32, vit_base_patch16_224_imagenet, "
@@ -127,7 +129,23 @@ def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
         if config.get(name) and config.get(tower) != HUB:
             raise KitmConfigError(f"{option(name)} is read by {option(tower)}={HUB} only; got {option(tower)}="
                                   f"{config.get(tower)}.")
+    _check_lora(config)
     return config
+
+
+def _check_lora(config: ExperimentConfig) -> None:
+    """LoRA adapts keras-hub towers that train: at least one must."""
+    model = config.model
+    if not model.lora_rank:
+        return
+    adapted = [side for side, hub, frozen in (("image", uses_hub_image(config), model.freeze_image_tower),
+                                               ("text", uses_hub_text(config), model.freeze_text_tower))
+               if hub and not frozen]
+    if not adapted:
+        raise KitmConfigError(f"{option('lora_rank')}={model.lora_rank} adapts keras-hub towers that train; this run "
+                              f"has none ({option('image_encoder')}={model.image_encoder}, "
+                              f"{option('text_encoder')}={model.text_encoder}, {option('freeze_image_tower')}="
+                              f"{model.freeze_image_tower}, {option('freeze_text_tower')}={model.freeze_text_tower}).")
 
 
 def _text_preset(config: ExperimentConfig) -> tuple[str, str]:
@@ -249,11 +267,20 @@ PRETRAINED_IMAGE_ENCODERS.add(HUB)
 
 
 def apply_tower_training(config: ExperimentConfig, model) -> None:
-    """Freeze the towers the settings freeze (before the optimizer is built: frozen weights get no slots)."""
+    """Freeze the towers the settings freeze, and give the other keras-hub towers low-rank adapters where
+    `lora_rank` asks (before the optimizer is built: frozen weights get no slots; and before a checkpoint is
+    restored: it holds the adapters)."""
     if config.model.freeze_image_tower:
         model.image_encoder.trainable = False
     if config.model.freeze_text_tower:
         model.text_encoder.trainable = False
+    if config.model.lora_rank:
+        from kitm.layers.hub_towers import enable_lora
+
+        for hub, frozen, tower in ((uses_hub_image(config), config.model.freeze_image_tower, model.image_encoder),
+                                   (uses_hub_text(config), config.model.freeze_text_tower, model.text_encoder)):
+            if hub and not frozen:
+                enable_lora(tower, config.model.lora_rank)
 
 
 def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):

@@ -10,6 +10,7 @@ import shutil
 import sys
 
 import keras
+import numpy as np
 
 from kitm.experiment.config import ExperimentConfig
 from kitm.files import write_json_atomically
@@ -118,9 +119,29 @@ def summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
         "resumed_from_step": getattr(backup, "restored_step", 0),
         "workers": {"count": num_workers(run.strategy), "chief": is_chief(run.strategy)},
         **_input_work(train),
+        "parameters": _parameters(model),
+        "peak_memory": _peak_memory(),
         "history": history.history,
         "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
     }
+
+
+def _parameters(model) -> dict:
+    """The model's parameter counts: what the optimizer trains (with --lora_rank the adapters and projections) and
+    the rest."""
+    def count(variables):
+        return int(sum(np.prod(v.shape, dtype=np.int64) for v in variables))
+
+    return {"trainable": count(model.trainable_weights), "non_trainable": count(model.non_trainable_weights)}
+
+
+def _peak_memory() -> dict:
+    """This process's peak resident memory (the host's: batches, a CPU run's activations and weights), in bytes."""
+    import resource
+
+    # Linux gives ru_maxrss in KiB (macOS in bytes).
+    scale = 1 if sys.platform == "darwin" else 1024
+    return {"host_peak_rss_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale}
 
 
 def _input_work(train) -> dict:

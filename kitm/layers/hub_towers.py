@@ -131,6 +131,38 @@ class HubTextTower(keras.layers.Layer):
         return config
 
 
+# keras-hub's `Backbone.default_lora_layer_names()`: the attention query and value projections of its families.
+LORA_LAYER_NAMES = ("query_dense", "value_dense", "query", "value")
+
+
+def enable_lora(tower, rank: int) -> int:
+    """Low-rank adapters on a hub tower (LoRA, Hu et al. 2021): every weight of its backbone frozen, then each
+    attention query and value projection `W` replaced by `W + (alpha / rank) A B` with trainable A [in, rank]
+    (He-uniform) and B [rank, out] (zeros, so training starts from the pretrained tower), alpha = rank; the layer's
+    bias trains too. This is keras-hub's `Backbone.enable_lora` rule (the layers its `default_lora_layer_names`
+    names), applied to the tower's own backbone, which for a CLIP or SigLIP preset is an encoder inside the joint
+    backbone rather than a keras-hub Backbone. Keras computes the layer's kernel as the merged sum, so the flattened
+    projections (kitm.layers.flat_projections), the SavedModel and a saved `.keras` file use the merged weights.
+
+    Returns the number of adapted layers; raises KitmConfigError when the backbone has none."""
+    backbone = tower.backbone
+    names = tuple(backbone.default_lora_layer_names()) if hasattr(backbone, "default_lora_layer_names") else (
+        LORA_LAYER_NAMES)
+    layers = [layer for layer in backbone._flatten_layers(include_self=False) if layer.weights]
+    for layer in backbone._flatten_layers(include_self=False):
+        layer.trainable = False
+    adapted = 0
+    for layer in layers:
+        if layer.name in names and hasattr(layer, "enable_lora"):
+            layer.trainable = True
+            layer.enable_lora(int(rank))
+            adapted += 1
+    if not adapted:
+        raise KitmConfigError(f"{option('lora_rank')}: the {tower.name} has no attention projection named "
+                              f"{' or '.join(names)} to adapt (its backbone is a {type(backbone).__name__}).")
+    return adapted
+
+
 def check_image_size(tower: HubImageTower, image_size: int, preset: str, setting: str) -> None:
     """A preset with a fixed input size (the ViTs' position embeddings) runs at that size only."""
     height, width = tower.image_shape[:2]

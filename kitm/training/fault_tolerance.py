@@ -36,6 +36,7 @@ import keras
 from kitm.callbacks.checkpoint import finite_loss
 from kitm.errors import KitmConfigError, option
 from kitm.files import atomic_path, write_text_atomically
+from kitm.training.lora_state import ADAPTERS, restore_adapters, save_adapters
 
 WEIGHTS = "latest.weights.h5"
 METADATA = "training_metadata.json"
@@ -136,6 +137,7 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
         if not os.path.exists(self._weights_path) or self.model.optimizer is None:
             return
         self.restored_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        restore_adapters(self.model, pathlib.Path(self.backup_dir) / ADAPTERS, self.restored_step)
         epoch, done = divmod(self.restored_step, self.steps_per_epoch)
         self.model._initial_epoch = epoch  # noqa: SLF001 (the attribute Keras' own BackupAndRestore sets)
         self._current_epoch = epoch
@@ -166,10 +168,12 @@ class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     # -- backup ------------------------------------------------------------------------------------
     def _save_model(self):
-        """Weights (with the optimizer), then metadata, each under a temporary name and renamed."""
+        """Weights (with the optimizer), LoRA adapters where there are any (kitm.training.lora_state), then
+        metadata, each under a temporary name and renamed."""
         with atomic_path(self.write_dir / WEIGHTS, keep_suffix=".weights.h5") as partial:
             self.model.save_weights(str(partial), overwrite=True)
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else None
+        save_adapters(self.model, self.write_dir / ADAPTERS, step)
         write_text_atomically(self.write_dir / METADATA,
                               json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
 

@@ -1,5 +1,6 @@
-"""A run with both towers and the joint space from one local CLIP preset (tiny random weights, saved with
-keras-hub's save_to_preset), all offline: train on the tiny synthetic world, evaluate, export, serve the SavedModel
+"""Runs with both towers and the joint space from one local CLIP preset (tiny random weights, saved with keras-hub's
+save_to_preset), all offline, on the tiny synthetic world: the graded flagfile fine-tunes on two devices with global
+negatives; the CLIP flagfile with LoRA adapters is killed, resumed with its adapters, evaluated, exported, and served
 in a Python that imports only TensorFlow and tensorflow-text."""
 
 import json
@@ -55,34 +56,10 @@ def tiny_clip(tiny_synthetic, tmp_path, monkeypatch):
 
 
 def _quick(tiny_synthetic, run_dir):
-    return [f"--dataset=synthetic", f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=1",
+    return ["--dataset=synthetic", f"--data_dir={tiny_synthetic}", f"--run_dir={run_dir}", "--epochs=1",
             "--batch_size=16", "--image_size=32", "--projector_samples=0", "--progress=false",
             "--learning_rate=1e-3", "--warmup_epochs=0.25", "--image_tower_lr_multiplier=0.1",
             "--captions_per_step=sample", "--collapse_threshold=0"]
-
-
-@pytest.mark.slow
-def test_the_clip_finetune_flagfile_trains_evaluates_exports_and_serves_offline(tiny_synthetic, tiny_clip, tmp_path):
-    from kitm.experiment import run
-
-    config = _flagfile_config("clip_finetune.flags", f"--joint_preset={tiny_clip}", "--eval_every_epochs=0",
-                              *_quick(tiny_synthetic, tmp_path / "run"))
-    assert config.objective.loss == ("infonce",)
-    summary = run(config)
-    assert summary["flags"]["image_encoder"] == "hub" and summary["flags"]["text_encoder"] == "hub"
-    assert summary["flags"]["embedding_dim"] == 16  # the preset's projection size
-    assert summary["test"]["i2t_R@1"] >= 0 and summary["epochs_run"] == 1
-    assert "infonce/logit_scale" in summary["history"]  # the learned temperature, logged
-    assert not (tmp_path / "run" / "vocabulary.txt").exists()  # the preset's tokenizer, not kitm's vocabulary
-
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    served = subprocess.run([sys.executable, "-c", SERVE, summary["export"]], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert served.returncode == 0, served.stderr
-    result = json.loads(served.stdout.strip().splitlines()[-1])
-    assert result["text"] == [2, 16] and result["image"] == [1, 16]
-    assert max(abs(n - 1) for n in result["norms"]) < 1e-5 and result["score_gap"] < 1e-5
-    assert not result["kitm"] and not result["keras_hub"]
 
 
 def test_the_graded_clip_flagfile_builds_graded_infonce_on_the_clip_flagfile(tiny_synthetic, tiny_clip, tmp_path):
@@ -114,3 +91,66 @@ def test_the_graded_clip_flagfile_trains_on_two_devices_with_global_negatives(ti
     assert summary["epochs_run"] == 1 and np.isfinite(summary["final_train_metrics"]["loss"])
     assert "graded_infonce/logit_scale" in summary["history"]
     assert summary["test"]["i2t_NCS@1"] >= 0  # scored with the exact relevance
+
+
+@pytest.mark.slow
+def test_the_clip_finetune_flagfile_with_lora_trains_resumes_after_a_kill_exports_and_serves_offline(
+        tiny_synthetic, tiny_clip, tmp_path, kitm_popen, kitm_python, monkeypatch):
+    # clip_finetune.flags with --lora_rank: the adapters train, a SIGKILL after the first backup resumes with them,
+    # the run evaluates and exports, and the SavedModel serves in a Python without kitm or keras-hub. (Full
+    # fine-tuning of the joint preset through the launcher: the graded flagfile's two-device run below.)
+    import signal
+    import time
+
+    from kitm.training.lora_state import ADAPTERS
+
+    run_dir = tmp_path / "run"
+    # 6 steps (one epoch), a backup every 2 steps; killed at the first one.
+    command = ["-m", "kitm.launch", f"--flagfile={ROOT / 'launch' / 'clip_finetune.flags'}",
+               f"--joint_preset={tiny_clip}", "--eval_every_epochs=0", *_quick(tiny_synthetic, run_dir),
+               "--lora_rank=2", "--backup_every_steps=2"]
+    metadata = run_dir / "backup" / "training_metadata.json"
+    # Without the fixture's empty KERAS_HOME (the preset is a local directory either way): the runs then fork from the
+    # suite's server instead of starting a fresh interpreter each.
+    monkeypatch.delenv("KERAS_HOME", raising=False)
+    first = kitm_popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 400
+        while not metadata.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert metadata.exists(), "no backup appeared: " + (first.stdout.read() if first.poll() is not None else "")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    killed_at = json.loads(metadata.read_text())["step"]
+    with np.load(run_dir / "backup" / ADAPTERS) as adapters:
+        assert int(adapters["step"]) == killed_at
+        b = [adapters[key] for key in adapters.files if key.endswith("/b")]
+    assert b and any(np.abs(x).max() > 0 for x in b)  # B starts at zero: the adapters trained
+
+    second = kitm_python(command, cwd=ROOT)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
+    assert f"Resumed from the backup at step {killed_at} of 6." in second.stdout
+    assert "fresh adapters" not in second.stdout  # restored as they were, not merged and drawn again
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["optimizer_steps"] == 6 and summary["flags"]["lora_rank"] == 2
+    parameters = summary["parameters"]
+    assert 0 < parameters["trainable"] < parameters["non_trainable"], parameters
+    assert summary["peak_memory"]["host_peak_rss_bytes"] > 0
+    assert summary["flags"]["image_encoder"] == "hub" and summary["flags"]["text_encoder"] == "hub"
+    assert summary["flags"]["embedding_dim"] == 16  # the preset's projection size
+    assert summary["flags"]["loss"] == ["infonce"] and "infonce/logit_scale" in summary["history"]
+    assert summary["test"]["i2t_R@1"] >= 0
+    assert not (run_dir / "vocabulary.txt").exists()  # the preset's tokenizer, not kitm's vocabulary
+
+    # The export (its adapted layers computing W + A B) serves in a Python that imports only TensorFlow.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    served = subprocess.run([sys.executable, "-c", SERVE, summary["export"]], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0, served.stderr
+    result = json.loads(served.stdout.strip().splitlines()[-1])
+    assert result["text"] == [2, 16] and result["image"] == [1, 16]
+    assert max(abs(n - 1) for n in result["norms"]) < 1e-5 and result["score_gap"] < 1e-5
+    assert not result["kitm"] and not result["keras_hub"]

@@ -212,3 +212,114 @@ def test_a_dual_encoder_with_an_image_only_hub_tower_trains_a_step(image_presets
     history = model.fit(tf.data.Dataset.from_tensors((x, y)), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][-1])
     assert any(not np.array_equal(a, np.array(b)) for a, b in zip(before, image_tower.trainable_weights))
+
+
+def _joint_clip_model(preset):
+    from kitm.models import DualEncoder
+
+    backbone = hub_presets.load_backbone(preset, "joint_preset")
+    scale, offset, _ = hub_presets.image_normalization(preset, "clip")
+    model = DualEncoder(HubImageTower(backbone.vision_encoder, "clip", scale, offset, name="image_backbone"),
+                        HubTextTower(backbone.text_encoder, "clip", name="text_backbone"), 16)
+    tokenizer = HubCaptionTokenizer(hub_presets.load_tokenizer(preset, "text_preset"), "clip", 32)
+    x = {"image": tf.random.uniform([3, 32, 32, 3], seed=3),
+         "tokens": tokenizer(tf.constant(["a red circle", "the blue square", "two small triangles"]))}
+    model(x)
+    return model, x
+
+
+def _lora_config(preset, **settings):
+    from kitm.experiment import encoders, experiment_config
+
+    return encoders.resolve_hub_settings(experiment_config("synthetic", joint_preset=preset, image_size=32,
+                                                           lora_rank=2, **settings))
+
+
+def test_lora_adapts_the_query_and_value_projections_and_computes_w_plus_ab(presets):
+    from kitm.experiment import encoders
+    from kitm.training.lora_state import adapted_layers
+
+    model, x = _joint_clip_model(presets["clip"])
+    before = {key: value.numpy() for key, value in model(x).items()}
+    encoders.apply_tower_training(_lora_config(presets["clip"]), model)
+    adapted = adapted_layers(model)
+    assert adapted and {layer.name for layer in adapted} == {"query", "value"}
+    assert all(layer.lora_rank == 2 for layer in adapted)
+    # Only the adapters and the adapted layers' biases train inside the towers; the joint projections train too.
+    tower_weights = {id(w) for tower in (model.image_encoder, model.text_encoder) for w in tower.weights}
+    inside = [w for w in model.trainable_weights if id(w) in tower_weights]
+    assert inside and all(w.name in ("lora_kernel_a", "lora_kernel_b", "bias") for w in inside), [w.path for w in inside]
+    assert len([w for w in inside if w.name == "lora_kernel_a"]) == len(adapted)
+    assert any(id(w) not in tower_weights for w in model.trainable_weights)  # the projections
+    # B starts at zero: the adapted model computes what the pretrained one did.
+    after = model(x)
+    for key in before:
+        np.testing.assert_allclose(after[key].numpy(), before[key], atol=1e-6)
+
+    # The oracle, from the LoRA equation: a model without adapters whose kernels are W + (alpha / r) A B, alpha = r.
+    rng = np.random.default_rng(0)
+    for layer in adapted:
+        layer.lora_kernel_b.assign(rng.normal(0, 0.3, layer.lora_kernel_b.shape).astype("float32"))
+    oracle, _ = _joint_clip_model(presets["clip"])
+    plain = [w for w in model.weights if not w.name.startswith("lora_kernel")]
+    assert len(plain) == len(oracle.weights)
+    for ours, theirs in zip(plain, oracle.weights):  # the same architecture: the projections and all else alike
+        theirs.assign(ours)
+    oracle_layers = [layer for layer in oracle._flatten_layers() if layer.name in ("query", "value") and layer.weights]
+    assert len(oracle_layers) == len(adapted)
+    for layer, theirs in zip(adapted, oracle_layers):
+        a, b = np.asarray(layer.lora_kernel_a), np.asarray(layer.lora_kernel_b)
+        theirs.kernel.assign(np.asarray(layer._kernel) + (2 / 2) * (a @ b))  # alpha = rank = 2
+    got, want = model(x), oracle(x)
+    assert np.abs(got["image"].numpy() - before["image"]).max() > 1e-3  # the adapters changed the tower
+    for key in ("image", "text"):
+        np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), atol=1e-5)
+
+
+def test_a_backup_keeps_the_adapters_that_keras_weights_files_merge_and_zero(presets, tmp_path):
+    from kitm.experiment import encoders
+    from kitm.training.lora_state import adapted_layers, restore_adapters, save_adapters
+
+    model, x = _joint_clip_model(presets["clip"])
+    encoders.apply_tower_training(_lora_config(presets["clip"]), model)
+    rng = np.random.default_rng(1)
+    for layer in adapted_layers(model):
+        layer.lora_kernel_b.assign(rng.normal(0, 0.3, layer.lora_kernel_b.shape).astype("float32"))
+    want = model(x)
+    saved = {layer.path: [np.asarray(v) for v in (layer._kernel, layer.lora_kernel_a, layer.lora_kernel_b)]
+             for layer in adapted_layers(model)}
+    model.save_weights(tmp_path / "w.weights.h5")
+    assert save_adapters(model, tmp_path / "adapters.npz", step=7)
+
+    plain, _ = _joint_clip_model(presets["clip"])  # a model without adapters loads the merged weights
+    plain.load_weights(tmp_path / "w.weights.h5")
+    np.testing.assert_allclose(plain(x)["image"].numpy(), want["image"].numpy(), atol=1e-5)
+
+    fresh, _ = _joint_clip_model(presets["clip"])
+    encoders.apply_tower_training(_lora_config(presets["clip"]), fresh)
+    fresh.load_weights(tmp_path / "w.weights.h5")
+    # What Keras alone gives back: the merged kernel, both adapters zero (a stationary point of their training).
+    assert all(not np.asarray(layer.lora_kernel_a).any() for layer in adapted_layers(fresh))
+    np.testing.assert_allclose(fresh(x)["image"].numpy(), want["image"].numpy(), atol=1e-5)
+    assert not restore_adapters(fresh, tmp_path / "adapters.npz", step=8)  # another step: fresh A, B = 0
+    assert all(np.asarray(layer.lora_kernel_a).any() for layer in adapted_layers(fresh))
+    np.testing.assert_allclose(fresh(x)["image"].numpy(), want["image"].numpy(), atol=1e-5)
+    assert restore_adapters(fresh, tmp_path / "adapters.npz", step=7)
+    for layer in adapted_layers(fresh):
+        for got, expected in zip((layer._kernel, layer.lora_kernel_a, layer.lora_kernel_b), saved[layer.path]):
+            np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_lora_needs_a_hub_tower_that_trains_and_an_attention_projection(presets, image_presets):
+    from kitm.experiment import encoders, experiment_config
+    from kitm.layers.hub_towers import enable_lora
+
+    with pytest.raises(KitmConfigError, match="lora_rank=2 adapts keras-hub towers that train"):
+        encoders.resolve_hub_settings(experiment_config("synthetic", lora_rank=2))
+    with pytest.raises(KitmConfigError, match="lora_rank=2 adapts keras-hub towers that train"):
+        _lora_config(presets["clip"], freeze_image_tower=True, freeze_text_tower=True)
+    _lora_config(presets["clip"], freeze_image_tower=True)  # the text tower still adapts
+    resnet = HubImageTower(hub_presets.load_backbone(image_presets["resnet"], "image_preset"), "resnet",
+                           name="image_backbone")
+    with pytest.raises(KitmConfigError, match="lora_rank: the image_backbone has no attention projection named"):
+        enable_lora(resnet, 2)
