@@ -62,7 +62,8 @@ import numpy as np
 
 from kitm.callbacks.every_q_batches import sync_model_state, to_numpy
 from kitm.distribute.backend import backend_name, tensorflow_module
-from kitm.distribute.replica_local import assign_replica_local, is_variable, replica_local_values
+from kitm.distribute.replica_local import (assign_replica_summed, is_sync_on_read, is_variable,
+                                          replica_summed_value)
 from kitm.distribute.replicas import writes_checkpoints
 from kitm.errors import KitmDataError
 from kitm.files import atomic_path
@@ -79,11 +80,6 @@ _STATE_NAME = re.compile(r"^state-(\d{6,})$")
 # What a loss owns
 # --------------------------------------------------------------------------------------------------
 
-def _on_read(variable) -> bool:
-    # tf.VariableSynchronization.ON_READ (str: "VariableSynchronization.ON_READ") or Keras' "on_read".
-    return str(getattr(variable, "synchronization", "")).lower().endswith("on_read")
-
-
 def loss_state(loss) -> tuple[dict, dict, dict]:
     """(parameters, optimizers, sync-on-read counters) that `loss` holds as attributes, by attribute name.
 
@@ -99,7 +95,7 @@ def loss_state(loss) -> tuple[dict, dict, dict]:
         elif isinstance(value, keras.layers.Layer):
             parameters[name] = value
         elif is_variable(value):
-            (counters if _on_read(value) else parameters)[name] = value
+            (counters if is_sync_on_read(value) else parameters)[name] = value
     return parameters, optimizers, counters
 
 
@@ -349,7 +345,7 @@ class LossStateCheckpoint(keras.callbacks.Callback):
             _write_variables(partial, {**parameters, **optimizers})
             payload = {
                 "epoch": int(epoch), "batch": None if batch is None else int(batch), "tags": self.tags,
-                "counters": {name: {attribute: np.sum(replica_local_values(variable), axis=0).tolist()
+                "counters": {name: {attribute: replica_summed_value(variable).tolist()
                                     for attribute, variable in accumulators.items()}
                              for name, accumulators in counters.items()},
                 "stateful": {name: obj.get_state() for name, obj in self.stateful.items()},
@@ -424,10 +420,8 @@ class LossStateCheckpoint(keras.callbacks.Callback):
                     value = saved.get(name, {}).get(attribute)
                     if value is None:
                         continue
-                    copies = len(replica_local_values(variable))
                     # The whole sum on the first replica: reading the variable (a sum over replicas) gives it back.
-                    zeros = np.zeros_like(np.asarray(value))
-                    assign_replica_local(variable, [np.asarray(value)] + [zeros] * (copies - 1))
+                    assign_replica_summed(variable, value)
             for name, obj in self.stateful.items():
                 if name in payload.get("stateful", {}):
                     obj.set_state(payload["stateful"][name])

@@ -95,6 +95,27 @@ def assign_replica_local(variable, values) -> None:
         copy.assign(ops.cast(value, copy.dtype))
 
 
+def is_sync_on_read(variable) -> bool:
+    """A per-replica copy variable (`per_replica_variable`): tf.VariableSynchronization.ON_READ (its str form
+    "VariableSynchronization.ON_READ") or Keras' "on_read"."""
+    return str(getattr(variable, "synchronization", "")).lower().endswith("on_read")
+
+
+def replica_summed_value(variable) -> np.ndarray:
+    """The value a checkpoint keeps of `variable`: the sum of its replicas' copies for a per-replica variable, else
+    its value."""
+    values = replica_local_values(variable)
+    return np.sum(values, axis=0) if is_sync_on_read(variable) and len(values) > 1 else values[0]
+
+
+def assign_replica_summed(variable, value) -> None:
+    """`replica_summed_value` read back: a per-replica variable's first copy takes `value`, the others zeros (the
+    sum of its copies is then `value`); any other variable takes `value`."""
+    copies = len(replica_local_values(variable))
+    value = np.asarray(value)
+    assign_replica_local(variable, [value] + [np.zeros_like(value)] * (copies - 1) if copies > 1 else value)
+
+
 def is_variable(value) -> bool:
     """A Keras variable, or a TensorFlow one (`per_replica_variable` and `state_variable` on TensorFlow)."""
     if isinstance(value, keras.Variable):

@@ -57,6 +57,7 @@ from keras import layers, ops
 
 from kitm.distribute import steps
 from kitm.distribute.backend import on_tensorflow
+from kitm.distribute.replica_local import assign_replica_summed, is_variable, replica_summed_value
 from kitm.distribute.replicas import num_replicas_in_sync, replica_share
 from kitm.losses.base import RetrievalLoss, reduce_per_row, scale_for_replicas
 
@@ -69,6 +70,9 @@ def _appended(variables: list, extra) -> list:
 
 # What Keras' own compile configuration holds that DualEncoder.compile does not take (its objectives are `losses`).
 _KERAS_ONLY_COMPILE_KEYS = ("loss", "metrics", "weighted_metrics")
+# Keys of the losses' state in a saved model's own variables (`DualEncoder.save_own_variables`); no "/", which an
+# HDF5 store would read as a group.
+_LOSS_STATE_PREFIX = "loss:"
 
 
 def _at_least_float32(value):
@@ -347,6 +351,35 @@ class DualEncoder(keras.Model):
     @property
     def metrics(self):
         return super().metrics + list(self.term_trackers.values()) + list(self.batch_monitors)
+
+    def save_own_variables(self, store):
+        """Keras' own variables of the model, then the state each compiled loss keeps outside the optimizer (its
+        `non_trainable_variables`: adaptive margins and their counters, re-clusterable thresholds, the random
+        draws' seed states), under `loss:<name>:<i>`, so that a loaded `.keras` file continues with that state.
+        Counters kept per replica are saved as their sum."""
+        super().save_own_variables(store)
+        for key, variable in self._saved_loss_state().items():
+            store[key] = replica_summed_value(variable)
+
+    def load_own_variables(self, store):
+        """`save_own_variables` read back: the model's own variables as Keras reads them, then each loss's state
+        where the file has it (a replica's counter copy takes the saved sum on the first replica, zeros on the
+        others, so that the sum is the saved one)."""
+        loss_keys = [key for key in store.keys() if key.startswith(_LOSS_STATE_PREFIX)]
+        super().load_own_variables({key: store[key] for key in store.keys() if key not in loss_keys})
+        state = self._saved_loss_state()
+        for key in loss_keys:
+            if key not in state:
+                continue  # a loss this model was not compiled with: Keras' own rule for unknown weights
+            assign_replica_summed(state[key], store[key])
+
+    def _saved_loss_state(self) -> dict:
+        """`loss:<name>:<i>` -> the i-th of the compiled loss <name>'s `non_trainable_variables` (variables only)."""
+        state = {}
+        for name, loss in sorted(getattr(self, "loss_functions", {}).items()):
+            variables = [v for v in getattr(loss, "non_trainable_variables", ()) if is_variable(v)]
+            state.update({f"{_LOSS_STATE_PREFIX}{name}:{i}": v for i, v in enumerate(variables)})
+        return state
 
     def get_compile_config(self):
         """Keras' compile configuration (the optimizer, `jit_compile`, ...) with kitm's own: the losses by name,

@@ -2,8 +2,10 @@
 compiled (its losses by name and weight, the optimizer with its state, a loss's learnable temperature) and continues
 training with the same losses as the model it was saved from (issue 47, item 4).
 
-The model trains 3 steps with the triplet summed over the negatives plus half an InfoNCE (its logit scale trained by
-the model's optimizer), is saved and loaded; then each of the two trains 2 more steps on the same batch."""
+The model trains 3 steps with the triplet summed over the negatives, half an InfoNCE (its logit scale trained by
+the model's optimizer) and the adaptive-margin triplet of Malali & Keller (its margins and counters: state outside
+the optimizer; the margins set as its callback would), is saved and loaded; then each of the two trains 2 more steps
+on the same batch."""
 
 import os
 import tempfile
@@ -13,7 +15,7 @@ import numpy as np
 
 from kitm.layers.image_encoders import FeatureMLP
 from kitm.layers.text_encoders import GRUTextEncoder
-from kitm.losses import InfoNCELoss, TripletLoss
+from kitm.losses import AdaptiveMarginTripletLoss, InfoNCELoss, TripletLoss
 from kitm.models import DualEncoder
 
 
@@ -26,16 +28,26 @@ def cases():
     weights = np.random.default_rng(1)
     for weight in model.weights:  # the backends' initialisers draw differently: every weight from numpy
         weight.assign(weights.normal(scale=0.5, size=tuple(weight.shape)))
-    model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "nce": InfoNCELoss()},
+    adaptive = AdaptiveMarginTripletLoss(sampling="hardest")  # deterministic negatives: equal continuations
+    model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "nce": InfoNCELoss(),
+                                                       "adaptive": adaptive},
                   loss_weights={"nce": 0.5})
     model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+    adaptive.margin_x.assign(0.35)  # what kitm.callbacks.AdaptiveMarginCallback would have set
+    adaptive.margin_y.assign(0.05)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         model.save(path)
         loaded = keras.saving.load_model(path)
+    state = [[float(np.sum(keras.ops.convert_to_numpy(v))) for v in (loss.margin_x, loss.margin_y,
+                                                                        loss.satisfied_counts, loss.used_counts)]
+             for loss in (adaptive, loaded.loss_functions["adaptive"])]
     continued = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
     reloaded = loaded.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
-    return {"losses_named": np.array(float(sorted(loaded.loss_functions) == ["nce", "triplet"])),
+    return {"losses_named": np.array(float(sorted(loaded.loss_functions) == ["adaptive", "nce", "triplet"])),
+            "adaptive_state": np.array(state),
+            "continued_adaptive": np.asarray(continued["adaptive/i2t"]),
+            "reloaded_adaptive": np.asarray(reloaded["adaptive/i2t"]),
             "nce_weight": np.array(loaded.loss_weights_by_name["nce"]),
             "continued_loss": np.asarray(continued["loss"]), "reloaded_loss": np.asarray(reloaded["loss"]),
             "continued_nce": np.asarray(continued["nce/i2t"]), "reloaded_nce": np.asarray(reloaded["nce/i2t"]),

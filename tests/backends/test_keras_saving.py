@@ -1,5 +1,6 @@
-"""A `.keras` round trip of a compiled DualEncoder continues training with the same losses, on every backend
-(issue 47, item 4; tests/backend_cases/keras_saving.py)."""
+"""A `.keras` round trip of a compiled DualEncoder continues training with the same losses and the state a loss keeps
+outside the optimizer (adaptive margins and their counters), on every backend (issue 47, item 4;
+tests/backend_cases/keras_saving.py)."""
 
 import numpy as np
 import pytest
@@ -15,3 +16,10 @@ def test_a_loaded_keras_file_continues_training_with_the_same_loss(backend_resul
     np.testing.assert_allclose(results["reloaded_loss"], results["continued_loss"], rtol=1e-6)
     np.testing.assert_allclose(results["reloaded_nce"], results["continued_nce"], rtol=1e-6)
     np.testing.assert_allclose(results["logit_scale"][1], results["logit_scale"][0], rtol=1e-6)
+    # The adaptive margins (0.35, 0.05, set after training) and the counters of satisfied and used negatives (3 steps
+    # of 8 rows, both directions: 48 used) come back from the file, and the loss continues with them.
+    saved, loaded = results["adaptive_state"]
+    np.testing.assert_allclose(saved[:2], [0.35, 0.05], rtol=1e-6)
+    assert saved[3] == 48 and 0 <= saved[2] <= 48
+    np.testing.assert_array_equal(loaded, saved)
+    np.testing.assert_allclose(results["reloaded_adaptive"], results["continued_adaptive"], rtol=1e-6)
