@@ -1,13 +1,14 @@
 """A backend case: kitm's keras-hub towers (their input normalisation, the families' pooling: CLIP's first token and
 end-of-text token, BERT's masked mean, ResNet's average, SigLIP's pooled output) over tiny keras-hub backbones whose
-weights are set from numpy, outputs and gradients with respect to the images."""
+weights are set from numpy, outputs and gradients with respect to the images; and a CLIP image tower with LoRA
+adapters (`enable_lora`, its W, A and B set from numpy): the layers adapted, what trains, its output."""
 
 import keras_hub
 import numpy as np
 from keras import ops
 from run import to_numpy, value_and_gradients
 
-from kitm.layers.hub_towers import HubImageTower, HubTextTower
+from kitm.layers.hub_towers import HubImageTower, HubTextTower, enable_lora
 
 SIZES = dict(num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
 
@@ -44,6 +45,11 @@ def cases():
     results.update(_image_case("resnet", keras_hub.models.ResNetBackbone(
         input_conv_filters=[64], input_conv_kernel_sizes=[3], stackwise_num_filters=[64], stackwise_num_blocks=[1],
         stackwise_num_strides=[1], block_type="basic_block"), images, 5))
+    lora = HubImageTower(keras_hub.models.CLIPVisionEncoder(patch_size=8, image_shape=(16, 16, 3), **SIZES), "clip")
+    results["clip_lora/adapted"] = np.array(float(enable_lora(lora, 2)))
+    _fill(lora, 9)  # W, A and B from numpy: the backends draw A differently
+    results["clip_lora/trainable"] = np.array(float(sum(np.prod(w.shape) for w in lora.trainable_weights)))
+    results["clip_lora/out"] = to_numpy(lora(ops.convert_to_tensor(images)))
     # CLIP's text pooling reads the end-of-text token, the largest id; BERT's means over the padding mask.
     token_ids = np.array([[5, 3, 19, 0, 0, 0], [5, 7, 8, 9, 19, 0], [5, 19, 0, 0, 0, 0]], dtype="int32")
     clip = HubTextTower(keras_hub.models.CLIPTextEncoder(

@@ -73,11 +73,13 @@ def test_tensorflow_masked_gru_matches_numpy(backend_results):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_hub_towers_equal_tensorflow(backend_results, backend):
     """tests/backend_cases/layers_hub_towers.py: the towers' normalisation and pooling over tiny keras-hub
-    backbones (same tolerance as above)."""
+    backbones, and LoRA on a CLIP image tower (same tolerance as above)."""
     pytest.importorskip("keras_hub")
     reference = backend_results("layers_hub_towers.py", "tensorflow")
     results = backend_results("layers_hub_towers.py", backend)
     assert set(results) == set(reference)
+    # One layer of 2 heads of 4: query and value adapted, each A [8, 2, 2] + B [2, 4] + its bias [2, 4].
+    assert reference["clip_lora/adapted"] == 2 and reference["clip_lora/trainable"] == 2 * (32 + 8 + 8)
     for name in reference:
         np.testing.assert_allclose(results[name], reference[name], rtol=1e-6, atol=1e-6, err_msg=name)
 
