@@ -133,15 +133,21 @@ def resolve_hub_settings(config: ExperimentConfig) -> ExperimentConfig:
     return config
 
 
+def lora_towers(config: ExperimentConfig) -> list[str]:
+    """The towers `lora_rank` adapts ("image_encoder", "text_encoder"): the keras-hub ones not frozen; none when it
+    is 0."""
+    model = config.model
+    if not model.lora_rank:
+        return []
+    return [tower for tower, hub, frozen in (("image_encoder", uses_hub_image(config), model.freeze_image_tower),
+                                             ("text_encoder", uses_hub_text(config), model.freeze_text_tower))
+            if hub and not frozen]
+
+
 def _check_lora(config: ExperimentConfig) -> None:
     """LoRA adapts keras-hub towers that train: at least one must."""
     model = config.model
-    if not model.lora_rank:
-        return
-    adapted = [side for side, hub, frozen in (("image", uses_hub_image(config), model.freeze_image_tower),
-                                               ("text", uses_hub_text(config), model.freeze_text_tower))
-               if hub and not frozen]
-    if not adapted:
+    if model.lora_rank and not lora_towers(config):
         raise KitmConfigError(f"{option('lora_rank')}={model.lora_rank} adapts keras-hub towers that train; this run "
                               f"has none ({option('image_encoder')}={model.image_encoder}, "
                               f"{option('text_encoder')}={model.text_encoder}, {option('freeze_image_tower')}="
@@ -274,13 +280,12 @@ def apply_tower_training(config: ExperimentConfig, model) -> None:
         model.image_encoder.trainable = False
     if config.model.freeze_text_tower:
         model.text_encoder.trainable = False
-    if config.model.lora_rank:
+    towers = lora_towers(config)
+    if towers:
         from kitm.layers.hub_towers import enable_lora
 
-        for hub, frozen, tower in ((uses_hub_image(config), config.model.freeze_image_tower, model.image_encoder),
-                                   (uses_hub_text(config), config.model.freeze_text_tower, model.text_encoder)):
-            if hub and not frozen:
-                enable_lora(tower, config.model.lora_rank)
+        for tower in towers:
+            enable_lora(getattr(model, tower), config.model.lora_rank)
 
 
 def make_optimizer(config: ExperimentConfig, model, learning_rate, **kwargs):

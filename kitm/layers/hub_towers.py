@@ -148,12 +148,12 @@ def enable_lora(tower, rank: int) -> int:
     backbone = tower.backbone
     names = tuple(backbone.default_lora_layer_names()) if hasattr(backbone, "default_lora_layer_names") else (
         LORA_LAYER_NAMES)
-    layers = [layer for layer in backbone._flatten_layers(include_self=False) if layer.weights]
-    for layer in backbone._flatten_layers(include_self=False):
+    layers = list(backbone._flatten_layers(include_self=False))
+    for layer in layers:
         layer.trainable = False
     adapted = 0
     for layer in layers:
-        if layer.name in names and hasattr(layer, "enable_lora"):
+        if layer.name in names and layer.weights and hasattr(layer, "enable_lora"):
             layer.trainable = True
             layer.enable_lora(int(rank))
             adapted += 1

@@ -31,15 +31,24 @@ def adapted_layers(model) -> list:
             if getattr(layer, "lora_enabled", False)]
 
 
+def _parts(layer) -> dict:
+    """An adapted layer's variables as a backup keeps them: its own kernel W and the adapters A, B."""
+    return {"kernel": layer._kernel, "a": layer.lora_kernel_a, "b": layer.lora_kernel_b}
+
+
+def _step_word(step: int | None) -> int:
+    return -1 if step is None else int(step)
+
+
 def save_adapters(model, path: str | os.PathLike, step: int | None) -> bool:
     """Write each adapted layer's kernel and adapters, and the optimizer step, to `path` (atomically); False (and
     nothing written) when no layer is adapted."""
     layers = adapted_layers(model)
     if not layers:
         return False
-    arrays = {"step": np.asarray(-1 if step is None else step, np.int64)}
+    arrays = {"step": np.asarray(_step_word(step), np.int64)}
     for layer in layers:
-        for name, variable in (("kernel", layer._kernel), ("a", layer.lora_kernel_a), ("b", layer.lora_kernel_b)):
+        for name, variable in _parts(layer).items():
             arrays[f"{layer.path}/{name}"] = keras.ops.convert_to_numpy(variable)
     with atomic_path(path, keep_suffix=".npz") as partial:
         with open(partial, "wb") as file:  # a file object: np.savez would append .npz to a name
@@ -57,8 +66,8 @@ def restore_adapters(model, path: str | os.PathLike, step: int | None) -> bool:
     saved = None
     if os.path.exists(path):
         with np.load(path) as file:
-            saved = dict(file) if int(file["step"]) == (-1 if step is None else step) else None
-    if saved is None or any(f"{layer.path}/kernel" not in saved for layer in layers):
+            saved = dict(file) if int(file["step"]) == _step_word(step) else None
+    if saved is None or any(f"{layer.path}/{name}" not in saved for layer in layers for name in _parts(layer)):
         print(f"kitm: the backup's LoRA adapters ({path}) are missing or from another step: resuming from the merged "
               "weights with fresh adapters.", flush=True)
         initializer = keras.initializers.HeUniform()
@@ -66,7 +75,6 @@ def restore_adapters(model, path: str | os.PathLike, step: int | None) -> bool:
             layer.lora_kernel_a.assign(initializer(layer.lora_kernel_a.shape, "float32"))
         return False
     for layer in layers:
-        layer._kernel.assign(saved[f"{layer.path}/kernel"])
-        layer.lora_kernel_a.assign(saved[f"{layer.path}/a"])
-        layer.lora_kernel_b.assign(saved[f"{layer.path}/b"])
+        for name, variable in _parts(layer).items():
+            variable.assign(saved[f"{layer.path}/{name}"])
     return True

@@ -6,7 +6,8 @@ from __future__ import annotations
 from keras import ops
 
 from kitm.ops.kmeans1d.seeding import _kmeans_plus_plus
-from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _f64, _shape
+from kitm.ops.kmeans1d.backend import take_last
+from kitm.ops.kmeans1d.sorted_rows import INF, _counter, _f64, _shape
 
 # Lloyd's iteration cap (scikit-learn's max_iter), and the iterations per trip of the loop.
 _LLOYD_MAX_ITER = 300
@@ -52,7 +53,7 @@ def _lloyd(xs, s1, in_range, n_valid, centers, k_min, k_max):
     def means(cuts):  # -> cluster means (+inf for clusters c >= k) and sizes [r, K, runs, k_max]
         every = ops.concatenate([ops.zeros_like(cuts[..., :1]), cuts,
                                  ops.broadcast_to(n_end, _shape(cuts[..., :1]))], axis=3)
-        sums = _at(s1, every)
+        sums = take_last(s1, every)
         size = every[..., 1:] - every[..., :-1]
         mean = (sums[..., 1:] - sums[..., :-1]) / _f64(ops.maximum(size, 1))
         return ops.where(used, mean, INF), size

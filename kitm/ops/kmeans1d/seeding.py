@@ -11,7 +11,7 @@ import numpy as np
 from keras import ops
 
 from kitm.ops.kmeans1d.backend import take_last
-from kitm.ops.kmeans1d.sorted_rows import INF, _at, _counter, _cumsum, _f64, _int, _shape
+from kitm.ops.kmeans1d.sorted_rows import INF, _counter, _cumsum, _f64, _int, _shape
 
 
 def _trial_groups(k_min: int, k_max: int) -> list[tuple[int, int]]:
@@ -114,7 +114,7 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
 
     # floor(u n) as a cast (u n >= 0; keras' PyTorch floor of float64 rounds through float32).
     first = ops.minimum(_int(draws[..., 0] * _f64(n_valid)[:, None]), most[:, None] - 1)
-    centers = [_at(xs, first)]
+    centers = [take_last(xs, first)]
     closest = ops.where(valid, ops.square(x - centers[0][..., None]), 0.0)  # D^2 [r, runs, n]
     for c in range(1, num_centers):
         cumulative = _cumsum(closest, 2)
@@ -125,7 +125,7 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
         target = (u * potential[..., None])[..., None]
         index = _int(ops.sum(_int(ops.less(cumulative[..., None, :], target)), axis=3))
         index = ops.minimum(index, most[:, None, None] - 1)
-        value = _at(xs, index)  # [r, runs, T]
+        value = take_last(xs, index)  # [r, runs, T]
         # A trial v only captures the values of its own Voronoi cell: a run of the sorted row
         # between the midpoints to the nearest centres below and above it.  Its potential is the
         # old one minus, over that run, D^2 - (x - v)^2, all from prefix sums (no [.., T, n] table).
@@ -141,8 +141,8 @@ def _seed_sequence(xs, s1, s2, in_range, n_valid, draws, trials, num_centers):
         prefix_closest = ops.concatenate([ops.zeros_like(cumulative[..., :1]), cumulative], axis=2)  # [r, runs, n+1]
         closest_at = take_last(prefix_closest, ends)  # [r, runs, T, 2]
         cell = _f64(ends[..., 1] - ends[..., 0])
-        sum_x = _at(s1, ends[..., 1]) - _at(s1, ends[..., 0])
-        sum_x2 = _at(s2, ends[..., 1]) - _at(s2, ends[..., 0])
+        sum_x = take_last(s1, ends[..., 1]) - take_last(s1, ends[..., 0])
+        sum_x2 = take_last(s2, ends[..., 1]) - take_last(s2, ends[..., 0])
         gain = closest_at[..., 1] - closest_at[..., 0] - (sum_x2 - 2.0 * value * sum_x + value * value * cell)
         trial_potential = potential[..., None] - ops.where(ops.logical_not(duplicate), gain, 0.0)
         pick = _int(ops.argmin(trial_potential, axis=2))[..., None]

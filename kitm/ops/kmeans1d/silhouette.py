@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from keras import ops
 
-from kitm.ops.kmeans1d.sorted_rows import INF, _at, _f64, _shape
+from kitm.ops.kmeans1d.backend import take_last
+from kitm.ops.kmeans1d.sorted_rows import INF, _f64, _shape
 
 
 def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
@@ -21,7 +22,7 @@ def _silhouette(xs, s1, run, starts, ends, in_range, n_valid):
     p = ops.minimum(ops.maximum(t, s), e)  # points of the run before p are <= x_t, from p on >= x_t
 
     # S(p) without a gather per (point, run): p is s before the run, e after it, t inside it.
-    s1_s, s1_e = _at(s1, s), _at(s1, e)
+    s1_s, s1_e = take_last(s1, s), take_last(s1, e)
     s1_t = s1[:, None, :-1, None]
     s1_p = ops.where(t < s, s1_s, ops.where(t > e, s1_e, s1_t))
     x = xs[:, None, :, None]

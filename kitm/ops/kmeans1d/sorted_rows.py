@@ -87,16 +87,11 @@ def _sorted_rows(x, valid) -> SortedRows:
     return SortedRows(order, xs, pos, in_range, n_valid, s1, s2, differs, cut_ok, _int(distinct))
 
 
-def _at(table, index):
-    """table [r, m] read at index [r, ...] (each row of index into its own row of table)."""
-    return take_last(table, index)
-
-
 def _runs_sse(s1, s2, starts, ends):
     """Within-cluster sum of squares of runs [start, end) of the sorted row (prefix sums s1, s2)."""
     size = _f64(ops.maximum(ends - starts, 1))
-    total = _at(s1, ends) - _at(s1, starts)
-    return ops.sum(_at(s2, ends) - _at(s2, starts) - total * total / size, axis=-1)
+    total = take_last(s1, ends) - take_last(s1, starts)
+    return ops.sum(take_last(s2, ends) - take_last(s2, starts) - total * total / size, axis=-1)
 
 
 def _counter(xs, in_range, n_valid):
