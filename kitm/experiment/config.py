@@ -322,6 +322,8 @@ class ExportConfig(_Section):
     """The SavedModel written at the end."""
 
     export: bool = setting(True, "Export a SavedModel at the end.")
+    export_onnx: bool = setting(False, "Also write the image and the text tower as ONNX files, <run_dir>/onnx/<n>/ "
+                                       "beside the SavedModel export/<n>/ (docs/serving.md).")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "objective": ObjectiveConfig, "training": TrainingConfig,

@@ -101,6 +101,13 @@ def export(run: _RunParts, model) -> str | None:
                                      image_size=config.data.image_size,
                                      eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
     print(f"SavedModel: {export_path}")
+    if config.export.export_onnx:
+        from kitm.serving.onnx import export_onnx_version
+
+        onnx_path = export_onnx_version(model, run.tokenizer, run.run_dir / "onnx", int(pathlib.Path(export_path).name),
+                                        image_mode=info.image_mode, image_size=config.data.image_size,
+                                        eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
+        print(f"ONNX towers: {onnx_path}")
     return export_path
 
 

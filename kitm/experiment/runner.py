@@ -10,6 +10,7 @@ The one sequence behind `python -m kitm.launch` and the Python API. A run direct
     evaluations.jsonl       one line per validation evaluation
     summary.json            settings, data, timings and the final test figures; its presence marks the run finished
     export/<n>/             the SavedModels (encode_text, encode_image, score)
+    onnx/<n>/               with --export_onnx, the towers as ONNX files (kitm.serving.onnx)
 While a run lives, its process holds `run.lock` (kitm.run_lock): a second run started into the same
 folder stops before writing anything, naming the first. A finished run directory (one with summary.json) is never
 trained again: `run` refuses it and names the ways on
@@ -43,7 +44,7 @@ from kitm.training.fault_tolerance import claim_backup
 # folders), how it reports, evaluates, exports and spreads its work; none changes the weights it trains.
 RESUMABLE_CHANGES = frozenset({
     "run_dir", "data_dir", "progress", "backup_every_steps", "eval_every_epochs", "eval_images", "eval_relevance",
-    "export", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
+    "export", "export_onnx", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
     "cpu_devices", "strategy", "jit_compile", "deterministic_ops", "coordinator_address", "num_processes",
     "process_id", "coordinator_timeout"})
 
@@ -89,13 +90,13 @@ def run(config: ExperimentConfig) -> dict:
     if config.preset:
         shown = " ".join(f"--{name}={_shown(config.get(name))}" for name in sorted(config.preset))
         print(f"Defaults for --dataset={config.data.dataset}: {shown}")
+    _check_export_backend(config)
     with contextlib.ExitStack() as held:
         if backend_name() == "tensorflow":
             distribution.split_cpu(config.training.cpu_devices)
             # Before any other TensorFlow work: the multi-worker strategy starts this process's server.
             strategy = distribution.make_strategy(config.training.strategy)
         else:  # JAX (and PyTorch): keras.distribution places the model; TensorFlow's input and export, one device
-            _check_export_backend(config)
             t = config.training
             data_parallel.split_host_devices(t.cpu_devices)
             if t.strategy == "multi_worker" and backend_name() == "jax":  # before JAX starts
@@ -110,7 +111,8 @@ def run(config: ExperimentConfig) -> dict:
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
             claim_backup(run_dir / "backup", config.settings(), RESUMABLE_CHANGES,
                          defaults=ExperimentConfig().settings())  # the same run, or none
-            remove_stale_exports(run_dir / "export", every=True)  # a killed export's; only the holder exports here
+            for exports in ("export", "onnx"):  # a killed export's; only the holder exports here
+                remove_stale_exports(run_dir / exports, every=True)
         try:
             return _run_in(config, run_dir, strategy, started)
         except Exception as error:  # a full disk or a file-size limit, said as such (with the file) by kitm.files
@@ -122,7 +124,8 @@ def run(config: ExperimentConfig) -> dict:
 
 def _check_export_backend(config: ExperimentConfig) -> None:
     """The SavedModel export (kitm.serving.export) crosses to TensorFlow from TensorFlow and JAX (jax2tf) only:
-    on another backend a run that would end in it is refused before it starts, not after its training."""
+    on another backend a run that would end in it is refused before it starts, not after its training; so is one
+    whose ONNX towers could not be written."""
     from kitm.serving.export import EXPORT_BACKENDS
 
     backend = backend_name()
@@ -132,6 +135,28 @@ def _check_export_backend(config: ExperimentConfig) -> None:
             f"(Keras cannot trace a {backend} model into TensorFlow). Train here with {option('export')}=false: "
             "the weights are saved in <run_dir>/checkpoints/last.weights.h5, a file every backend reads; or train "
             "with KERAS_BACKEND=tensorflow / jax.")
+    if config.export.export_onnx:
+        _check_onnx_export(config, backend)
+
+
+def _check_onnx_export(config: ExperimentConfig, backend: str) -> None:
+    """The ONNX towers pair with the SavedModel's version and need their backend's converter: refused before the
+    training, not after it."""
+    import importlib.util
+
+    from kitm.serving.onnx import CONVERTERS
+
+    if not config.export.export:
+        raise KitmConfigError(f"{option('export_onnx')} writes the towers beside the SavedModel (onnx/<n> for "
+                              f"export/<n>); it needs {option('export')}=true.")
+    converter = CONVERTERS.get(backend)
+    if converter is None:
+        raise KitmConfigError(f"{option('export_onnx')}: the ONNX towers are converted on the TensorFlow and JAX "
+                              f"backends, not on {backend}.")
+    missing = [module for module in (converter, "onnx") if importlib.util.find_spec(module) is None]
+    if missing:
+        raise KitmConfigError(f"{option('export_onnx')} on {backend} needs {' and '.join(missing)} "
+                              f"(pip install {' '.join(missing)}).")
 
 
 def _run_in(config: ExperimentConfig, run_dir: pathlib.Path, strategy, started: float) -> dict:

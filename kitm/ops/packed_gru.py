@@ -91,7 +91,8 @@ def masked_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = 
     lengths = ops.cast(lengths, "int32")
     # One product for every step's input projection, as in packed_gru.
     projected = ops.matmul(inputs, kernel) + bias[0]  # [B, T, 3H]
-    running = ops.arange(steps, dtype="int32")[None, :] < lengths[:, None]  # [B, T]
+    # [B, T]; arange with its start given: jax2onnx's translation of arange takes no stop of None (the ONNX towers)
+    running = ops.arange(0, steps, dtype="int32")[None, :] < lengths[:, None]
     recurrent_bias = bias[1]
 
     def step(state, step_inputs):
@@ -105,6 +106,9 @@ def masked_gru(inputs, lengths, kernel, recurrent_kernel, bias, reverse: bool = 
         return updated, updated
 
     initial = ops.zeros((ops.shape(inputs)[0], units), dtype=inputs.dtype)
-    final, _ = ops.scan(step, initial, (ops.moveaxis(projected, 1, 0), ops.moveaxis(running, 1, 0)),
-                        reverse=reverse)
+    sequences = (ops.moveaxis(projected, 1, 0), ops.moveaxis(running, 1, 0))  # time-major
+    if reverse:  # the steps flipped and scanned forward: the same recurrence as a reversed scan, which ONNX's
+        # converters (jax2onnx) cannot translate
+        sequences = tuple(ops.flip(sequence, axis=0) for sequence in sequences)
+    final, _ = ops.scan(step, initial, sequences)
     return final

@@ -1,5 +1,5 @@
-"""Settings of the end-to-end runs: the production run shared by test_export.py and test_monitoring.py, and the
-serving client that loads an export in a process without kitm."""
+"""Settings of the end-to-end runs: the production run shared by test_export.py and test_monitoring.py, the
+serving client that loads an export in a process without kitm, and the ONNX towers' check against the SavedModel."""
 
 import os
 import pathlib
@@ -16,7 +16,7 @@ PRODUCTION_FLAGS = ["--dataset=synthetic", "--image_size=32", "--flip=false", "-
                     "--text_units=16", "--batch_size=16", "--learning_rate=1e-3", "--relevance=truth",
                     "--progress=false", "--epochs=2", "--eval_every_epochs=1", "--eval_crop_fraction=0.875",
                     "--lr_schedule=cosine", "--warmup_steps=3", "--test_crops=2", "--projector_samples=6",
-                    "--captions_per_step=sample"]
+                    "--captions_per_step=sample", "--export_onnx"]
 
 
 @pytest.fixture(scope="session")
@@ -92,3 +92,39 @@ class JaxProcesses:
 @pytest.fixture
 def jax_processes(subprocess_env, repo_root) -> JaxProcesses:
     return JaxProcesses(subprocess_env(KERAS_BACKEND="jax"), repo_root)
+
+
+@pytest.fixture(scope="session")
+def onnx_towers_against_saved_model():
+    """`compare(run_dir, captions, pngs) -> (text difference, image difference)`: the largest absolute differences
+    between the embeddings of the run's ONNX towers (onnx/1, under onnxruntime on the CPU) and its SavedModel's
+    (export/1) for the same captions and images, the towers' inputs made as the folder's preprocessing.json says."""
+    def compare(run_dir, captions, pngs):
+        import json
+
+        import numpy as np
+        import onnxruntime
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401 (registers the tokenizer's ops)
+
+        from kitm.layers import CaptionTokenizer
+        from kitm.ops.images import decode_pixels, eval_image
+
+        folder = pathlib.Path(run_dir) / "onnx" / "1"
+        described = json.loads((folder / "preprocessing.json").read_text())
+        tokenizer = CaptionTokenizer(str(folder / "vocabulary.txt"), described["max_length"])
+        token_ids = tokenizer(tf.constant(captions)).numpy()
+        pixels = np.stack([eval_image(decode_pixels(png), described["image_size"],
+                                      described["eval_crop_fraction"]).numpy() for png in pngs])
+
+        def run(tower, name, values):
+            session = onnxruntime.InferenceSession(str(folder / described[tower]["file"]),
+                                                   providers=["CPUExecutionProvider"])
+            return session.run(["embeddings"], {name: values})[0]
+
+        served = tf.saved_model.load(str(pathlib.Path(run_dir) / "export" / "1"))
+        text = served.signatures["encode_text"](captions=tf.constant(captions))["embeddings"].numpy()
+        image = served.signatures["encode_image"](images=tf.constant(pngs))["embeddings"].numpy()
+        return (float(np.abs(run("text_tower", "token_ids", token_ids) - text).max()),
+                float(np.abs(run("image_tower", "pixels", pixels) - image).max()))
+    return compare

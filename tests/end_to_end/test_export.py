@@ -122,3 +122,28 @@ def test_served_embeddings_equal_the_keras_model_and_bad_inputs_are_named(prod_r
     np.testing.assert_allclose(served["scores"], image @ text.T, atol=1e-5)
 
 
+
+
+@pytest.mark.slow
+def test_the_onnx_towers_embed_as_the_saved_model(prod_run, onnx_towers_against_saved_model):
+    """`--export_onnx` (issue 47, item 3): onnx/1 beside export/1 holds the two towers and what goes into them; under
+    onnxruntime they give the SavedModel's embeddings (1e-5) for captions tokenised and images cropped (0.875 of
+    the shorter side) and resized as its preprocessing.json says."""
+    from kitm.data import synthetic
+    from kitm.data.synthetic_records import encode_png
+
+    run_dir, result = prod_run
+    folder = run_dir / "onnx" / "1"
+    assert f"ONNX towers: {folder}" in result.stdout
+    assert sorted(p.name for p in (run_dir / "onnx").iterdir()) == ["1"]  # no temporary left behind
+    assert sorted(p.name for p in folder.iterdir()) == ["image_tower.onnx", "preprocessing.json", "text_tower.onnx",
+                                                        "vocabulary.txt"]
+    described = json.loads((folder / "preprocessing.json").read_text())
+    assert described["image_tower"]["inputs"] == {"pixels": {"shape": ["N", 32, 32, 3], "dtype": "float32"}}
+    assert described["text_tower"]["inputs"] == {"token_ids": {"shape": ["N", 32], "dtype": "int32"}}
+    assert described["eval_crop_fraction"] == 0.875 and described["embedding_dim"] == 32
+    world = synthetic.generate_world(4, seed=5, image_size=40, world="shapes")
+    pngs = [encode_png(world.images[i]) for i in range(3)]
+    captions = ["a small red circle", "A blue square left of a green triangle.", "zzz unknown words", "big"]
+    text, image = onnx_towers_against_saved_model(run_dir, captions, pngs)
+    assert text < 1e-5 and image < 1e-5, (text, image)

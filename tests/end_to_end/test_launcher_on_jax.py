@@ -3,6 +3,7 @@ model from the tf.data pipeline, evaluates it and exports a SavedModel whose sig
 bytes give the embeddings of the same weights loaded into the TensorFlow model (the model's arithmetic crosses to
 TensorFlow through jax2tf; tokenizing and decoding stay TensorFlow ops)."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -14,7 +15,9 @@ pytest.importorskip("jax")
 # One device's run on JAX, read by two tests: the export's (below) and the two-device comparison's (its baseline).
 # The triplet and the ladder together: a loss that gathers on TensorFlow and one that cannot, both over the global
 # array on JAX.
-ONE_DEVICE = ["--epochs=2", "--eval_every_epochs=2", "--projector_samples=8", "--loss=triplet,ladder"]
+# With jax2onnx, its ONNX towers too (kitm.serving.onnx).
+ONE_DEVICE = ["--epochs=2", "--eval_every_epochs=2", "--projector_samples=8", "--loss=triplet,ladder",
+              *(["--export_onnx"] if importlib.util.find_spec("jax2onnx") else [])]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,20 @@ def test_the_launcher_trains_evaluates_and_exports_on_jax(one_device_run):
     np.testing.assert_allclose(scores.numpy(), image @ text.T, atol=1e-5)
     empty = served.signatures["encode_text"](captions=tf.constant([], tf.string))["embeddings"]
     assert empty.shape == (0, 32)
+
+
+@pytest.mark.slow
+def test_the_onnx_towers_of_a_jax_run_embed_as_its_saved_model(one_device_run, onnx_towers_against_saved_model):
+    """`--export_onnx` on JAX (jax2onnx; issue 47, item 3): the towers under onnxruntime give the SavedModel's
+    embeddings (its arithmetic through jax2tf) to 1e-5."""
+    pytest.importorskip("jax2onnx")
+    from kitm.data import synthetic
+    from kitm.data.synthetic_records import encode_png
+
+    world = synthetic.generate_world(4, seed=5, image_size=32, world="shapes")
+    text, image = onnx_towers_against_saved_model(one_device_run, ["a small red circle", "zzz unknown", "a"],
+                                                  [encode_png(world.images[i]) for i in range(3)])
+    assert text < 1e-5 and image < 1e-5, (text, image)
 
 
 @pytest.mark.slow
