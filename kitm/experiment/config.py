@@ -155,6 +155,20 @@ class ObjectiveConfig(_Section):
         "--sam_sampling=hardest): for this many epochs they use the sum over negatives (random negatives for the "
         "samplers) before switching to the hardest negative (VSE-infinity practice for encoders that start from random "
         "weights; kitm.losses.base)."))
+    false_negatives: Literal["keep", "mask", "positive"] = setting("keep", help=(
+        "In-batch candidates the relevance flags as false negatives (--false_negative_rule): keep them as negatives, "
+        "mask them out of the negatives, or count them as positives; for infonce, siglip, graded_infonce, triplet "
+        "and sam (the triplet and sam treat positive as mask). Needs --relevance. docs/methods.md#false-negatives."))
+    false_negative_rule: Literal["threshold", "above_positive"] = setting("threshold", help=(
+        "Which candidates --false_negatives flags: relevance >= --false_negative_threshold, or above the anchor's "
+        "own positive's relevance less --false_negative_margin (GISTEmbed's guide-model rule; the guide is the "
+        "relevance source, a sentence model with --relevance=sbert)."))
+    false_negative_threshold: float = setting(0.8, help=(
+        "--false_negative_rule=threshold: the relevance from which a candidate is flagged, on the source's own scale "
+        "(truth and sbert about [0, 1], cider about [0, 10]); tune it on validation."))
+    false_negative_margin: float = setting(0.0, lower=0.0, help=(
+        "--false_negative_rule=above_positive: flagged when the relevance exceeds the positive's less this margin "
+        "(sentence-transformers' GISTEmbedLoss, margin_strategy=absolute)."))
     sam_tau: float = setting(5.0, "SAM: margin = min((R[p,p] - R[p,n]) / tau, 1).", lower=1e-06)
     sam_weight: float = setting(1.0, "SAM: weight of the adaptive-margin term beside the triplet.", lower=0.0)
     sam_sampling: Literal["hardest", "easiest", "random"] = setting("hardest", "SAM: negative sampling.")

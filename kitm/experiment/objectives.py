@@ -61,6 +61,10 @@ class Objective:
     def gradient_caching(self) -> bool:
         return self._declares("supports_gradient_caching", True)
 
+    @property
+    def false_negatives(self) -> bool:
+        return self._declares("supports_false_negatives", False)
+
 
 def loss_negatives(config: ExperimentConfig) -> str:
     """The `negatives` a builder passes to a loss that supports global negatives: the run's resolved setting
@@ -70,11 +74,19 @@ def loss_negatives(config: ExperimentConfig) -> str:
 
 
 
+def false_negative_settings(config: ExperimentConfig) -> dict:
+    """The false-negative keywords a builder passes to a loss that supports them (kitm.losses.false_negatives)."""
+    o = config.objective
+    return {"false_negatives": o.false_negatives, "false_negative_rule": o.false_negative_rule,
+            "false_negative_threshold": o.false_negative_threshold, "false_negative_margin": o.false_negative_margin}
+
+
 def _triplet(config, warmup):
     from kitm.losses import TripletLoss
 
     o = config.objective
-    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup, negatives=loss_negatives(config))
+    return TripletLoss(o.margin, o.max_violation, hardest_warmup_steps=warmup, negatives=loss_negatives(config),
+                       **false_negative_settings(config))
 
 
 def _sam(config, warmup):
@@ -83,7 +95,7 @@ def _sam(config, warmup):
     o = config.objective
     return SAMLoss(o.sam_tau, sampling=o.sam_sampling, pairing=o.sam_pairing, sam_weight=o.sam_weight,
                    margin=o.margin, max_violation=o.max_violation, seed=config.training.seed,
-                   hardest_warmup_steps=warmup, negatives=loss_negatives(config))
+                   hardest_warmup_steps=warmup, negatives=loss_negatives(config), **false_negative_settings(config))
 
 
 def _ladder(config, warmup):
@@ -126,7 +138,8 @@ def _infonce(config, warmup):
     from kitm.losses import InfoNCELoss
 
     o = config.objective
-    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
+    return InfoNCELoss(o.logit_scale_init, max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config),
+                       **false_negative_settings(config))
 
 
 def _graded_infonce(config, warmup):
@@ -134,14 +147,16 @@ def _graded_infonce(config, warmup):
 
     o = config.objective
     return GradedInfoNCELoss(o.graded_tau, logit_scale_init=o.logit_scale_init,
-                             max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config))
+                             max_logit_scale=o.max_logit_scale or None, negatives=loss_negatives(config),
+                             **false_negative_settings(config))
 
 
 def _siglip(config, warmup):
     from kitm.losses import SigLIPLoss
 
     o = config.objective
-    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=loss_negatives(config))
+    return SigLIPLoss(o.siglip_logit_scale_init, bias_init=o.siglip_bias_init, negatives=loss_negatives(config),
+                      **false_negative_settings(config))
 
 
 OBJECTIVES: dict[str, Objective] = {
@@ -196,6 +211,8 @@ def _default_builder(loss_class: type):
             arguments["negatives"] = loss_negatives(config)
         if getattr(loss_class, "has_hardest_negatives", False):
             arguments["hardest_warmup_steps"] = warmup
+        if getattr(loss_class, "supports_false_negatives", False):
+            arguments.update(false_negative_settings(config))
         return loss_class(**arguments)
     return build
 
@@ -256,6 +273,7 @@ def check_objective(config: ExperimentConfig) -> None:
     if "centers" in names and len(names) > 1:
         raise KitmConfigError(f"{shown}: centers is a whole objective trained in phases (triplet, centre and "
                               "classification terms); use it alone.")
+    _check_false_negatives(config, names, shown)
     needs_relevance = [name for name in names if OBJECTIVES[name].needs_relevance]
     if needs_relevance and config.data.relevance == "none":
         raise KitmConfigError(f"{option('loss')}={needs_relevance[0]} learns from graded relevance: set "
@@ -409,3 +427,20 @@ def total_epochs(config: ExperimentConfig) -> int:
     if uses_center_phases(config):
         return sum(config.objective.center_phase_epochs)
     return config.training.epochs
+
+
+def _check_false_negatives(config: ExperimentConfig, names: list[str], shown: str) -> None:
+    """`false_negatives` other than keep: every loss filters its in-batch negatives, and a relevance source flags
+    them."""
+    mode = config.objective.false_negatives
+    if mode == "keep":
+        return
+    unable = [name for name in names if not OBJECTIVES[name].false_negatives]
+    if unable:
+        able = [name for name, objective in OBJECTIVES.items() if objective.false_negatives]
+        raise KitmConfigError(f"{option('false_negatives')}={mode}: {shown} includes {', '.join(unable)}, which has "
+                              f"no in-batch negatives to filter; the losses that filter them: {', '.join(able)}.")
+    if config.data.relevance == "none":
+        raise KitmConfigError(f"{option('false_negatives')}={mode} flags candidates by their relevance: set "
+                              f"{option('relevance')} (truth for the synthetic world, sbert for a sentence model as "
+                              "GISTEmbed's guide, cider).")

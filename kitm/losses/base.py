@@ -36,6 +36,8 @@ user's own loss registered with `register_objective` gets the same treatment as 
     needs_relevance             it reads y_true["relevance"] (a run needs a relevance source)
     supports_gradient_caching   its step can be replayed chunk by chunk (False where it trains state of its own
                                 from each batch with optimizers of its own, as the semantic centres do)
+    supports_false_negatives    it takes false_negatives="mask" / "positive" and the rule's settings
+                                (kitm.losses.false_negatives; then it reads y_true["relevance"])
     uses_model_optimizer        its trainable variables train with the model's optimizer (a learnable temperature)
 """
 
@@ -46,8 +48,9 @@ from typing import Mapping
 import keras
 from keras import ops
 
+from kitm.losses.false_negatives import FalseNegativeFilter
 from kitm.losses.global_batch import GlobalBatch, check_negatives, global_batch, replica_share
-from kitm.ops.similarity import cosine_similarity_matrix
+from kitm.ops.similarity import cosine_similarity_matrix, diagonal_mask, negative_mask
 
 
 def shapes_compatible(shape, other) -> bool:
@@ -98,11 +101,20 @@ class RetrievalLoss(keras.losses.Loss):
     supports_global_negatives = False  # True where negatives="global" means something (module docstring)
     needs_relevance = False  # True where compute_terms reads y_true["relevance"]
     supports_gradient_caching = True  # False where each batch trains state of its own (module docstring)
+    supports_false_negatives = False  # True where false_negatives != "keep" means something (module docstring)
 
     def __init__(self, name: str, reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
-                 negatives: str = "local"):
+                 negatives: str = "local", false_negatives: str = "keep", false_negative_rule: str = "threshold",
+                 false_negative_threshold: float = 0.8, false_negative_margin: float = 0.0):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.negatives = check_negatives(negatives)
+        self.false_negative_filter = FalseNegativeFilter(false_negatives, false_negative_rule,
+                                                         false_negative_threshold, false_negative_margin)
+        if self.false_negative_filter.active:
+            if not self.supports_false_negatives:
+                raise ValueError(f"{type(self).__name__} has no in-batch negatives to filter; got "
+                                 f"false_negatives={false_negatives!r}.")
+            self.needs_relevance = True  # the flags come from y_true["relevance"]
         if self.negatives == "global" and not self.supports_global_negatives:
             raise ValueError(f"{type(self).__name__} cannot take negatives='global': it reads more than the batch's "
                              "similarity matrix and labels (per-replica state, within-replica positions), so it "
@@ -181,6 +193,8 @@ class RetrievalLoss(keras.losses.Loss):
             config["hardest_warmup_steps"] = self.hardest_warmup_steps
         if self.supports_global_negatives:
             config["negatives"] = self.negatives
+        if self.supports_false_negatives:
+            config.update(self.false_negative_filter.get_config())
         return config
 
     @staticmethod
@@ -194,6 +208,29 @@ class RetrievalLoss(keras.losses.Loss):
         if len(image.shape) != 2 or len(text.shape) != 2:
             raise ValueError(f"Embeddings must be [B, D]; got image {image.shape} and text {text.shape}.")
         return cosine_similarity_matrix(image, text)
+
+    def false_negative_flags(self, y_true, relevance_rows=None, relevance_columns=None, own_rows=None,
+                             own_columns=None, batch_size=None) -> tuple:
+        """Bool (rows, columns) of the candidates flagged as false negatives (kitm.losses.false_negatives): from
+        the given relevance blocks and own pairs (global negatives), else from y_true["relevance"] [B, B] and the
+        diagonal."""
+        if relevance_rows is None:
+            relevance = self.optional(y_true, "relevance")
+            if relevance is None:
+                raise ValueError(f"{type(self).__name__}(false_negatives={self.false_negative_filter.mode!r}) needs "
+                                 "y_true['relevance'] ([B, B], relevance of caption q to image p) to flag them.")
+            relevance_rows = relevance_columns = ops.convert_to_tensor(relevance)
+            own_rows = own_columns = diagonal_mask(batch_size, batch_size)
+        return self.false_negative_filter.flags(relevance_rows, relevance_columns, own_rows, own_columns)
+
+    def filtered_negatives(self, y_true, similarity, image_index=None):
+        """(row negatives, column negatives) [B, B] without the flagged false negatives, for a loss that hinges on
+        the anchor's own pair (`triplet_terms`' `negatives`); None when the filter keeps them (the loss's own
+        rule applies)."""
+        if not self.false_negative_filter.active:
+            return None
+        row_flags, column_flags = self.false_negative_flags(y_true, batch_size=ops.shape(similarity)[0])
+        return self.false_negative_filter.negatives(negative_mask(similarity, image_index), row_flags, column_flags)
 
     @staticmethod
     def optional(y_true, key: str):

@@ -62,6 +62,7 @@ is a positive: each row's and column's term is the mean of log(1 + e^-1) = 0.313
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import keras
 from keras import ops
@@ -250,12 +251,68 @@ def siglip_loss(similarity, logit_scale, bias, *, image_index=None):
 # Loss classes
 # --------------------------------------------------------------------------------------------------
 
+class _AnchorBlocks(NamedTuple):
+    """What the terms of one replica's anchors are computed from (module docstring, "Global negatives"): the
+    similarity blocks, their bool positives, the relevance blocks (None without relevance) and the candidates
+    excluded from the negatives (None for none; kitm.losses.false_negatives). On one replica both blocks are the
+    whole matrix."""
+
+    rows: object
+    columns: object
+    row_positives: object
+    column_positives: object
+    relevance_rows: object = None
+    relevance_columns: object = None
+    row_excluded: object = None
+    column_excluded: object = None
+
+
 class _LearnableTemperature:
-    """Mixin of the three classes: the `LogitScale` layer, its logging, and the model-optimizer contract."""
+    """Mixin of the three classes: the `LogitScale` layer, its logging, the model-optimizer contract, and the
+    anchors' blocks under global negatives or false-negative filtering."""
 
     term_names = ("i2t", "t2i")
     uses_model_optimizer = True  # DualEncoder trains `trainable_variables` with its own optimizer (module docstring)
     supports_global_negatives = True  # the rows and columns blocks (module docstring, "Global negatives")
+    supports_false_negatives = True  # masked or counted as positives (kitm.losses.false_negatives)
+
+    def _uses_blocks(self, y_pred) -> bool:
+        """Whether the terms come from `_anchor_blocks`: under global negatives across replicas or with the
+        false-negative filter; else from the plain functions on the whole matrix."""
+        return self.global_batch(y_pred) is not None or self.false_negative_filter.active
+
+    def _anchor_blocks(self, y_true, y_pred, relevance=None) -> _AnchorBlocks:
+        """The anchors' `_AnchorBlocks`, the false-negative filter applied (its flags from `relevance`, else from
+        y_true["relevance"])."""
+        image_index = self.optional(y_true, "image_index")
+        similarity = self.similarity(y_pred)  # the checks of y_pred
+        filtering = self.false_negative_filter
+        if relevance is None and filtering.active:
+            relevance = self.optional(y_true, "relevance")
+            if relevance is None:
+                raise ValueError(f"{type(self).__name__}(false_negatives={filtering.mode!r}) needs "
+                                 "y_true['relevance'] ([B, B], relevance of caption q to image p) to flag them.")
+        batch = self.global_batch(y_pred)
+        if batch is not None:
+            rows, columns = batch.similarity_blocks(y_pred)
+            row_positives, column_positives = batch.positive_blocks(image_index)
+            relevance_rows, relevance_columns = (None, None) if relevance is None else batch.relevance_blocks(relevance)
+            own = batch.positive_blocks(None)
+        else:
+            rows = columns = similarity
+            row_positives = column_positives = positive_mask(similarity, image_index)
+            relevance_rows = relevance_columns = None if relevance is None else ops.convert_to_tensor(relevance)
+            if relevance is not None and (len(relevance_rows.shape) != 2
+                                          or not shapes_compatible(relevance_rows.shape, similarity.shape)):
+                raise ValueError(f"relevance must be [B, B] like similarity {similarity.shape}; got "
+                                 f"{relevance_rows.shape}.")
+            own = (diagonal_mask(ops.shape(similarity)[0], ops.shape(similarity)[0]),) * 2
+        excluded = (None, None)
+        if filtering.active:
+            flags = filtering.flags(relevance_rows, relevance_columns, *own)
+            row_positives, column_positives, *excluded = filtering.apply(row_positives, column_positives, *flags)
+        return _AnchorBlocks(rows, columns, row_positives, column_positives, relevance_rows, relevance_columns,
+                             *excluded)
 
     def _init_temperature(self, *, logit_scale_init: float, max_logit_scale: float | None, bias_init: float | None,
                           learnable: bool, name: str, dtype) -> None:
@@ -304,27 +361,29 @@ class InfoNCELoss(_LearnableTemperature, RetrievalLoss):
       learnable: train t (with the model's optimizer); False keeps exp(t) fixed at logit_scale_init.
       negatives: "local" (a replica's own rows) or "global" (every row of the global batch under several
         replicas; module docstring, "Global negatives").
+      false_negatives, false_negative_rule, false_negative_threshold, false_negative_margin: in-batch candidates
+        flagged by their relevance masked out of the softmax or counted as positives (kitm.losses.false_negatives;
+        the same keywords on every contrastive loss; then `y_true["relevance"]` is read).
     Terms: "i2t" (image anchors) and "t2i" (caption anchors). Logged besides: "logit_scale" (exp(t)).
     Example: on the module docstring's s with exp(t) = 2, per row [0.31326, 0.31326].
     """
 
     def __init__(self, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, name: str = "infonce",
-                 reduction: str = "sum", dtype=None, negatives: str = "local"):
-        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
+                 reduction: str = "sum", dtype=None, negatives: str = "local", **false_negatives):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives, **false_negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
 
     def compute_terms(self, y_true, y_pred):
-        image_index = self.optional(y_true, "image_index")
-        batch = self.global_batch(y_pred)
-        if batch is not None:
-            self.similarity(y_pred)  # the checks of y_pred
-            rows, columns = batch.similarity_blocks(y_pred)
-            i2t, t2i = info_nce_block_terms(rows, columns, self._scale(rows.dtype), *batch.positive_blocks(image_index))
+        if self._uses_blocks(y_pred):
+            b = self._anchor_blocks(y_true, y_pred)
+            i2t, t2i = info_nce_block_terms(b.rows, b.columns, self._scale(b.rows.dtype), b.row_positives,
+                                            b.column_positives, b.row_excluded, b.column_excluded)
             return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
-        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype), image_index=image_index)
+        i2t, t2i = info_nce_terms(similarity, self._scale(similarity.dtype),
+                                  image_index=self.optional(y_true, "image_index"))
         return {"i2t": i2t, "t2i": t2i}
 
 
@@ -351,8 +410,9 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
 
     def __init__(self, tau_relevance: float, logit_scale_init: float = CLIP_LOGIT_SCALE,
                  max_logit_scale: float | None = CLIP_MAX_LOGIT_SCALE, learnable: bool = True,
-                 name: str = "graded_infonce", reduction: str = "sum", dtype=None, negatives: str = "local"):
-        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
+                 name: str = "graded_infonce", reduction: str = "sum", dtype=None, negatives: str = "local",
+                 **false_negatives):
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives, **false_negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale, bias_init=None,
                                learnable=learnable, name=name, dtype=dtype)
         self.tau_relevance = _positive_number("tau_relevance", tau_relevance)
@@ -361,20 +421,17 @@ class GradedInfoNCELoss(_LearnableTemperature, RetrievalLoss):
         relevance = self.optional(y_true, "relevance")
         if relevance is None:
             raise ValueError(f"{type(self).__name__} needs y_true['relevance'] ([B, B], the batch relevance).")
-        image_index = self.optional(y_true, "image_index")
-        batch = self.global_batch(y_pred)
-        if batch is not None:
-            self.similarity(y_pred)  # the checks of y_pred
-            rows, columns = batch.similarity_blocks(y_pred)
-            relevance_rows, relevance_columns = batch.relevance_blocks(relevance)
-            row_positives, column_positives = batch.positive_blocks(image_index)
-            i2t, t2i = graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns,
-                                                   self._scale(rows.dtype), row_positives, column_positives,
-                                                   tau_relevance=self.tau_relevance)
+        if self._uses_blocks(y_pred):
+            b = self._anchor_blocks(y_true, y_pred, relevance)
+            i2t, t2i = graded_info_nce_block_terms(b.rows, b.columns, b.relevance_rows, b.relevance_columns,
+                                                   self._scale(b.rows.dtype), b.row_positives, b.column_positives,
+                                                   tau_relevance=self.tau_relevance, row_excluded=b.row_excluded,
+                                                   column_excluded=b.column_excluded)
             return {"i2t": i2t, "t2i": t2i}
         similarity = self.similarity(y_pred)
         i2t, t2i = graded_info_nce_terms(similarity, relevance, self._scale(similarity.dtype),
-                                         tau_relevance=self.tau_relevance, image_index=image_index)
+                                         tau_relevance=self.tau_relevance,
+                                         image_index=self.optional(y_true, "image_index"))
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):
@@ -403,9 +460,9 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
 
     def __init__(self, logit_scale_init: float = SIGLIP_LOGIT_SCALE, bias_init: float = SIGLIP_BIAS,
                  max_logit_scale: float | None = None, learnable: bool = True, name: str = "siglip",
-                 reduction: str = "sum", dtype=None, negatives: str = "local"):
+                 reduction: str = "sum", dtype=None, negatives: str = "local", **false_negatives):
         self.bias_init = _finite_number("bias_init", bias_init)
-        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives)
+        super().__init__(name=name, reduction=reduction, dtype=dtype, negatives=negatives, **false_negatives)
         self._init_temperature(logit_scale_init=logit_scale_init, max_logit_scale=max_logit_scale,
                                bias_init=self.bias_init, learnable=learnable, name=name, dtype=dtype)
 
@@ -418,13 +475,12 @@ class SigLIPLoss(_LearnableTemperature, RetrievalLoss):
         scale = self._scale(similarity.dtype)
         bias = ops.cast(self.bias, similarity.dtype)
         self.monitored["bias"] = ops.cast(ops.stop_gradient(bias), "float32")
-        image_index = self.optional(y_true, "image_index")
-        batch = self.global_batch(y_pred)
-        if batch is not None:
-            rows, columns = batch.similarity_blocks(y_pred)
-            i2t, t2i = siglip_block_terms(rows, columns, scale, bias, *batch.positive_blocks(image_index))
+        if self._uses_blocks(y_pred):
+            b = self._anchor_blocks(y_true, y_pred)
+            i2t, t2i = siglip_block_terms(b.rows, b.columns, scale, bias, b.row_positives, b.column_positives,
+                                          b.row_excluded, b.column_excluded)
             return {"i2t": i2t, "t2i": t2i}
-        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=image_index)
+        i2t, t2i = siglip_terms(similarity, scale, bias, image_index=self.optional(y_true, "image_index"))
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):

@@ -71,6 +71,28 @@ def _scalar(value, dtype, name: str):
     return value
 
 
+# The logit of a candidate excluded from an anchor's softmax (kitm.losses.false_negatives' "mask"): finite, so that a
+# target of 0 times its log-probability is 0, and far enough below every logit (|exp(t) s| <= 100) that exp of it
+# is 0 in every float type, float16 included.
+_EXCLUDED_LOGIT = -1.0e4
+
+
+def _without(logits, excluded):
+    """`logits` with the `excluded` entries (bool, or None for none) at `_EXCLUDED_LOGIT`."""
+    if excluded is None:
+        return logits
+    return ops.where(excluded, ops.full_like(logits, _EXCLUDED_LOGIT), logits)
+
+
+def _renormalised_without(targets, excluded, axis: int):
+    """Targets (summing to 1 along `axis`) with the `excluded` entries at 0, summing to 1 again: the targets' softmax
+    over the entries that are not excluded (an anchor's positives are never excluded, so the sum is > 0)."""
+    if excluded is None:
+        return targets
+    kept = ops.where(excluded, ops.zeros_like(targets), targets)
+    return kept / ops.sum(kept, axis=axis, keepdims=True)
+
+
 def _block_cross_entropy(row_logits, row_targets, column_logits, column_targets) -> tuple:
     """The soft cross-entropies of one replica's anchors, halved, each [b]: i2t along the rows of the rows block
     [b, B] (row targets sum to 1 along rows), t2i down the columns of the columns block [B, b]."""
@@ -79,25 +101,30 @@ def _block_cross_entropy(row_logits, row_targets, column_logits, column_targets)
     return 0.5 * i2t, 0.5 * t2i
 
 
-def info_nce_block_terms(rows, columns, logit_scale, row_positives, column_positives) -> tuple:
+def info_nce_block_terms(rows, columns, logit_scale, row_positives, column_positives, row_excluded=None,
+                         column_excluded=None) -> tuple:
     """InfoNCE's (i2t, t2i) of one replica's anchors, each [b], from its rows block [b, B] and columns block [B, b]
     and their bool positive masks (module docstring, "Global negatives"; `GlobalBatch.similarity_blocks`,
-    `GlobalBatch.positive_blocks`). With one replica (rows = columns = s) this is `info_nce_terms`."""
+    `GlobalBatch.positive_blocks`). With one replica (rows = columns = s) this is `info_nce_terms`.
+    `*_excluded` (bool, optional): candidates out of the anchor's softmax (kitm.losses.false_negatives)."""
     rows, columns = ops.convert_to_tensor(rows), ops.convert_to_tensor(columns)
     scale = _scalar(logit_scale, rows.dtype, "logit_scale")
     row_positives = ops.cast(row_positives, rows.dtype)
     column_positives = ops.cast(column_positives, rows.dtype)
-    return _block_cross_entropy(scale * rows, row_positives / ops.sum(row_positives, axis=1, keepdims=True),
-                                scale * columns,
+    return _block_cross_entropy(_without(scale * rows, row_excluded),
+                                row_positives / ops.sum(row_positives, axis=1, keepdims=True),
+                                _without(scale * columns, column_excluded),
                                 column_positives / ops.sum(column_positives, axis=0, keepdims=True))
 
 
 def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns, logit_scale, row_positives,
-                                column_positives, *, tau_relevance: float) -> tuple:
+                                column_positives, *, tau_relevance: float, row_excluded=None,
+                                column_excluded=None) -> tuple:
     """Graded InfoNCE's (i2t, t2i) of one replica's anchors, each [b]: `Y_i2t` from the relevance rows [b, B]
     (positives raised to the row maximum), `Y_t2i` from the relevance columns [B, b] (positives raised to the column
     maximum), as `kitm.losses.contrastive.graded_info_nce_targets` does on the whole matrix (kitm.losses.contrastive,
-    "Global negatives")."""
+    "Global negatives"). `*_excluded` (bool, optional): candidates out of the anchor's softmax and targets, the
+    targets a softmax over the rest (kitm.losses.false_negatives)."""
     if isinstance(tau_relevance, bool) or not float(tau_relevance) > 0:
         raise ValueError(f"tau_relevance must be a positive number; got {tau_relevance!r}.")
     rows, columns = ops.convert_to_tensor(rows), ops.convert_to_tensor(columns)
@@ -108,20 +135,26 @@ def graded_info_nce_block_terms(rows, columns, relevance_rows, relevance_columns
     column_raised = ops.where(column_positives, ops.max(relevance_columns, axis=0, keepdims=True)
                               + ops.zeros_like(relevance_columns), relevance_columns)
     scale = _scalar(logit_scale, rows.dtype, "logit_scale")
-    return _block_cross_entropy(scale * rows, ops.softmax(row_raised / tau_relevance, axis=1),
-                                scale * columns, ops.softmax(column_raised / tau_relevance, axis=0))
+    row_targets = _renormalised_without(ops.softmax(row_raised / tau_relevance, axis=1), row_excluded, axis=1)
+    column_targets = _renormalised_without(ops.softmax(column_raised / tau_relevance, axis=0), column_excluded,
+                                           axis=0)
+    return _block_cross_entropy(_without(scale * rows, row_excluded), row_targets,
+                                _without(scale * columns, column_excluded), column_targets)
 
 
-def siglip_block_terms(rows, columns, logit_scale, bias, row_positives, column_positives) -> tuple:
+def siglip_block_terms(rows, columns, logit_scale, bias, row_positives, column_positives, row_excluded=None,
+                       column_excluded=None) -> tuple:
     """SigLIP's (half of row p's sum over the rows block [b, B], half of column q's sum over the columns block
-    [B, b]) of one replica's anchors, each [b] (kitm.losses.contrastive, "Global negatives")."""
+    [B, b]) of one replica's anchors, each [b] (kitm.losses.contrastive, "Global negatives"). `*_excluded` (bool,
+    optional): pairs left out of the sums (kitm.losses.false_negatives)."""
     rows, columns = ops.convert_to_tensor(rows), ops.convert_to_tensor(columns)
     scale = _scalar(logit_scale, rows.dtype, "logit_scale")
     bias = _scalar(bias, rows.dtype, "bias")
 
-    def negative_log_sigmoid(similarity, positives):
+    def negative_log_sigmoid(similarity, positives, excluded):
         signs = ops.where(positives, ops.ones_like(similarity), -ops.ones_like(similarity))
-        return ops.softplus(-signs * (scale * similarity + bias))
+        terms = ops.softplus(-signs * (scale * similarity + bias))
+        return terms if excluded is None else ops.where(excluded, ops.zeros_like(terms), terms)
 
-    return (0.5 * ops.sum(negative_log_sigmoid(rows, row_positives), axis=1),
-            0.5 * ops.sum(negative_log_sigmoid(columns, column_positives), axis=0))
+    return (0.5 * ops.sum(negative_log_sigmoid(rows, row_positives, row_excluded), axis=1),
+            0.5 * ops.sum(negative_log_sigmoid(columns, column_positives, column_excluded), axis=0))

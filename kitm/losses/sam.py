@@ -215,6 +215,9 @@ class SAMLoss(RetrievalLoss):
       negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
         similarity and relevance from the gathered embeddings and relevance rows ([b, B] per replica) and keeps its
         own anchors' terms, so the negatives and margins cover the whole batch (`kitm.losses.global_batch`).
+      false_negatives, false_negative_rule, false_negative_threshold, false_negative_margin: the candidates whose
+        relevance flags them leave the negatives of the triplet and of SAM's sampler, "mask" and "positive" alike
+        (kitm.losses.false_negatives).
     Terms: "triplet_i2t", "triplet_t2i" (image / caption anchors of the triplet), "sam_i2t", "sam_t2i"
     (SAM's image / caption anchors; with `pairing="reference"`, the reference's caption-retrieval and
     image-retrieval terms of row p), each already multiplied by its weight.
@@ -224,14 +227,15 @@ class SAMLoss(RetrievalLoss):
     has_hardest_negatives = True
     supports_global_negatives = True
     needs_relevance = True
+    supports_false_negatives = True
 
     def __init__(self, tau: float, sampling: str = "hardest", pairing: str = "matched",
                  triplet_weight: float = 1.0, sam_weight: float = 1.0, margin: float = 0.2,
                  max_violation: bool = True, max_margin: float | None = 1.0, seed: int | None = None,
                  name: str = "sam", reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0,
-                 negatives: str = "local"):
+                 negatives: str = "local", **false_negatives):
         super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
-                         negatives=negatives)
+                         negatives=negatives, **false_negatives)
         self.tau = _check_tau(tau)
         self.sampling = check_sampling(sampling)
         self.pairing = _check_pairing(pairing)
@@ -262,22 +266,27 @@ class SAMLoss(RetrievalLoss):
         `AdaptiveMarginTripletLoss`."""
         return [seed.state for seed in self._seeds if isinstance(seed, keras.random.SeedGenerator)]
 
-    def sample(self, similarity, image_index=None, hardest_on=True) -> tuple:
+    def sample(self, similarity, image_index=None, hardest_on=True, negatives=None) -> tuple:
         """The two SAM index vectors for this batch: (negative_captions, negative_images), or (n0, n1)
         for the reference pairing. -1 marks an anchor without a negative. `hardest_on`: see
-        `samplers.sample_negatives`."""
-        is_negative = negative_mask(similarity, image_index)
+        `samplers.sample_negatives`. `negatives`: bool (row negatives, column negatives) [B, B] in place of
+        `negative_mask` (as `triplet_terms` takes them): caption q for image anchor p where rows[p, q], image p for
+        caption anchor q where columns[p, q]."""
+        if negatives is None:
+            negatives = (negative_mask(similarity, image_index),) * 2
+        row_negatives, column_negatives = negatives
         # Caption negatives of image anchors: along each row (the reference's n0 uses s[p, q] - s[p, p],
         # whose order along a row is that of s).
-        negative_captions = sample_negatives(similarity, is_negative, self.sampling, axis=1, seed=self._seeds[0],
+        negative_captions = sample_negatives(similarity, row_negatives, self.sampling, axis=1, seed=self._seeds[0],
                                              hardest_on=hardest_on)
         if self.pairing == "matched":
-            negative_images = sample_negatives(similarity, is_negative, self.sampling, axis=0, seed=self._seeds[0],
-                                               hardest_on=hardest_on)
+            negative_images = sample_negatives(similarity, column_negatives, self.sampling, axis=0,
+                                               seed=self._seeds[0], hardest_on=hardest_on)
         else:
-            # The reference's n1[p]: a caption q, chosen along row p of cost_im[p, q] = s[p, q] - s[q, q].
+            # The reference's n1[p]: a caption q, chosen along row p of cost_im[p, q] = s[p, q] - s[q, q] (image p
+            # as the negative of caption q: the columns' relation).
             cost_im = similarity - ops.expand_dims(ops.diagonal(similarity), 0)
-            negative_images = sample_negatives(cost_im, is_negative, self.sampling, axis=1, seed=self._seeds[1],
+            negative_images = sample_negatives(cost_im, column_negatives, self.sampling, axis=1, seed=self._seeds[1],
                                                hardest_on=hardest_on)
         return negative_captions.indices, negative_images.indices
 
@@ -289,15 +298,17 @@ class SAMLoss(RetrievalLoss):
         image_index = self.optional(y_true, "image_index")
         terms = {}
         hardest_on = self.hardest_negatives_on()
+        negatives = self.filtered_negatives(y_true, similarity, image_index)
         if self.triplet_weight:
-            i2t, t2i = triplet_terms(similarity, self.margin, self.max_violation and hardest_on, image_index)
+            i2t, t2i = triplet_terms(similarity, self.margin, self.max_violation and hardest_on, image_index,
+                                     negatives)
             terms["triplet_i2t"] = self.triplet_weight * i2t
             terms["triplet_t2i"] = self.triplet_weight * t2i
         if self.sam_weight:
             relevance = self.optional(y_true, "relevance")
             if relevance is None:
                 raise ValueError("SAMLoss needs y_true['relevance'] ([B, B], relevance of caption q to image p).")
-            negative_captions, negative_images = self.sample(similarity, image_index, hardest_on)
+            negative_captions, negative_images = self.sample(similarity, image_index, hardest_on, negatives)
             i2t, t2i = sam_terms(similarity, relevance, negative_captions, negative_images, tau=self.tau,
                                  max_margin=self.max_margin, pairing=self.pairing)
             terms["sam_i2t"] = self.sam_weight * i2t

@@ -23,23 +23,29 @@ from kitm.losses.base import RetrievalLoss, check_margin, hardest_or_sum
 from kitm.ops.similarity import negative_mask
 
 
-def triplet_terms(similarity, margin: float = 0.2, max_violation: bool = True, image_index=None) -> tuple:
+def triplet_terms(similarity, margin: float = 0.2, max_violation: bool = True, image_index=None,
+                  negatives=None) -> tuple:
     """Per-anchor hinge terms: (caption retrieval for image anchor p, image retrieval for caption anchor q), each [B].
 
     `max_violation` is a Python bool or a scalar bool tensor (True: the hardest negative; False: the sum).
 
     Pairs of two samples of the same image (equal `image_index`) are not negatives. An anchor with no
     negative at all contributes 0: every hinge is >= 0, so masking to 0 before the max is exact.
+    `negatives`: bool (row negatives, column negatives) [B, B] in place of that rule, e.g. without the false
+    negatives (kitm.losses.false_negatives): caption q is a negative of image anchor p where rows[p, q], image p
+    of caption anchor q where columns[p, q].
     """
     similarity = ops.convert_to_tensor(similarity)
     if len(similarity.shape) != 2:
         raise ValueError(f"similarity must be a [B, B] matrix; got shape {similarity.shape}.")
     positives = ops.diagonal(similarity)
-    is_negative = negative_mask(similarity, image_index)
+    if negatives is None:
+        negatives = (negative_mask(similarity, image_index),) * 2
+    row_negatives, column_negatives = negatives
     zeros = ops.zeros_like(similarity)
     # cost_caption[p, q]: caption q as the negative of image p; cost_image[p, q]: image p as the negative of caption q.
-    cost_caption = ops.where(is_negative, ops.relu(margin + similarity - ops.expand_dims(positives, 1)), zeros)
-    cost_image = ops.where(is_negative, ops.relu(margin + similarity - ops.expand_dims(positives, 0)), zeros)
+    cost_caption = ops.where(row_negatives, ops.relu(margin + similarity - ops.expand_dims(positives, 1)), zeros)
+    cost_image = ops.where(column_negatives, ops.relu(margin + similarity - ops.expand_dims(positives, 0)), zeros)
     if not ops.is_tensor(max_violation):
         max_violation = bool(max_violation)
     if max_violation is False:
@@ -70,17 +76,22 @@ class TripletLoss(RetrievalLoss):
             (kitm.losses.base, "Hardest-negative warm-up").
         negatives: "local" or "global": under several replicas every replica builds the global batch's [B, B]
             similarity from the gathered embeddings and keeps its own anchors' terms (`kitm.losses.global_batch`).
+        false_negatives, false_negative_rule, false_negative_threshold, false_negative_margin: the candidates
+            whose relevance flags them leave the negatives, "mask" and "positive" alike
+            (kitm.losses.false_negatives; then `y_true["relevance"]` is read).
     Terms: "i2t" (image anchors) and "t2i" (caption anchors).
     """
 
     term_names = ("i2t", "t2i")
     has_hardest_negatives = True
     supports_global_negatives = True
+    supports_false_negatives = True
 
     def __init__(self, margin: float = 0.2, max_violation: bool = True, name: str = "triplet",
-                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, negatives: str = "local"):
+                 reduction: str = "sum", dtype=None, hardest_warmup_steps: int = 0, negatives: str = "local",
+                 **false_negatives):
         super().__init__(name=name, reduction=reduction, dtype=dtype, hardest_warmup_steps=hardest_warmup_steps,
-                         negatives=negatives)
+                         negatives=negatives, **false_negatives)
         self.margin = check_margin(margin)
         self.max_violation = bool(max_violation)
 
@@ -90,7 +101,9 @@ class TripletLoss(RetrievalLoss):
     def _terms(self, y_true, y_pred):
         image_index = self.optional(y_true, "image_index")
         hardest = self.max_violation and self.hardest_negatives_on()
-        i2t, t2i = triplet_terms(self.similarity(y_pred), self.margin, hardest, image_index)
+        similarity = self.similarity(y_pred)
+        i2t, t2i = triplet_terms(similarity, self.margin, hardest, image_index,
+                                 self.filtered_negatives(y_true, similarity, image_index))
         return {"i2t": i2t, "t2i": t2i}
 
     def get_config(self):

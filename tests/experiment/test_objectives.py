@@ -20,6 +20,8 @@ PACKAGE = pathlib.Path(__file__).parent / "objective_package"  # the user's pack
 NEEDS_RELEVANCE = {"sam", "ladder", "ladder_adaptive", "graded_infonce"}
 GLOBAL_NEGATIVES = {"triplet", "sam", "infonce", "siglip", "graded_infonce"}
 NO_GRADIENT_CACHING = {"centers"}
+# The in-batch objectives of issue 47 (item 1): their negatives are the batch's other rows.
+FALSE_NEGATIVES = {"triplet", "sam", "infonce", "siglip", "graded_infonce"}
 KITM_OBJECTIVES = ("triplet", "sam", "ladder", "ladder_adaptive", "angular", "neighborhood", "centers", "infonce",
                    "siglip", "graded_infonce")
 
@@ -30,6 +32,7 @@ def test_each_objective_can_do_what_its_loss_class_declares(name):
     assert objective.needs_relevance == (name in NEEDS_RELEVANCE)
     assert objective.global_negatives == (name in GLOBAL_NEGATIVES)
     assert objective.gradient_caching == (name not in NO_GRADIENT_CACHING)
+    assert objective.false_negatives == (name in FALSE_NEGATIVES)
     declared = objective.resolved_class()
     assert objective.global_negatives == declared.supports_global_negatives  # read there, not declared here too
 
@@ -133,3 +136,20 @@ def test_the_launcher_trains_a_users_loss_from_its_objective_module(tiny_synthet
          "--negatives=global"]], python_path=[PACKAGE])
     assert unknown["code"] == 2 and "unknown loss ['double_margin']" in unknown["stderr"], unknown
     assert refused["code"] == 2 and "--loss=local_only cannot gather the other replicas' rows" in refused["stderr"]
+
+
+def test_false_negative_filtering_reaches_the_losses_and_is_refused_where_it_cannot_work():
+    config = experiment_config("synthetic", loss=["infonce", "triplet"], relevance="truth", false_negatives="mask",
+                               false_negative_rule="above_positive", false_negative_margin=0.05)
+    built, _ = build_objective(config)
+    for loss in built.values():
+        assert loss.false_negative_filter.get_config() == {
+            "false_negatives": "mask", "false_negative_rule": "above_positive", "false_negative_threshold": 0.8,
+            "false_negative_margin": 0.05}
+    with pytest.raises(KitmConfigError) as error:
+        experiment_config("synthetic", loss=["triplet", "ladder"], relevance="truth", false_negatives="positive")
+    assert error.value.for_flags().startswith("--false_negatives=positive: --loss=triplet,ladder includes ladder, "
+                                              "which has no in-batch negatives to filter")
+    with pytest.raises(KitmConfigError) as error:
+        experiment_config("synthetic", loss=["infonce"], relevance="none", false_negatives="mask")
+    assert "--false_negatives=mask flags candidates by their relevance: set --relevance" in error.value.for_flags()
