@@ -35,3 +35,16 @@ def test_benchmark_runs_in_quick_mode(script, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "kitm/peer median" in result.stdout
     assert "load average" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.benchmark
+def test_the_pytorch_clip_peer_runs_in_quick_mode(tmp_path):
+    """benchmarks/bench_clip_torch_peer.py (the GPU comparison's PyTorch side, issue 47 item 5): its step on a tiny
+    CLIPModel on the CPU trains (the loss moves) and reports samples/s and MFU."""
+    pytest.importorskip("transformers")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_clip_torch_peer.py"), "--quick"],
+                            cwd=tmp_path, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "CLIPModel (tiny) on CPU" in result.stdout and "samples/s" in result.stdout and "MFU" in result.stdout
