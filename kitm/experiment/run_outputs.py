@@ -108,6 +108,12 @@ def export(run: _RunParts, model) -> str | None:
                                         image_mode=info.image_mode, image_size=config.data.image_size,
                                         eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
         print(f"ONNX towers: {onnx_path}")
+    if config.export.export_presets:
+        from kitm.serving.hub_presets import save_tower_presets
+
+        presets_path = save_tower_presets(model, run.tokenizer,
+                                          run.run_dir / "presets" / pathlib.Path(export_path).name)
+        print(f"keras-hub presets: {presets_path}")
     return export_path
 
 

@@ -11,6 +11,7 @@ The one sequence behind `python -m kitm.launch` and the Python API. A run direct
     summary.json            settings, data, timings and the final test figures; its presence marks the run finished
     export/<n>/             the SavedModels (encode_text, encode_image, score)
     onnx/<n>/               with --export_onnx, the towers as ONNX files (kitm.serving.onnx)
+    presets/<n>/            with --export_presets, keras-hub towers as keras-hub presets (kitm.serving.hub_presets)
 While a run lives, its process holds `run.lock` (kitm.run_lock): a second run started into the same
 folder stops before writing anything, naming the first. A finished run directory (one with summary.json) is never
 trained again: `run` refuses it and names the ways on
@@ -44,7 +45,7 @@ from kitm.training.fault_tolerance import claim_backup
 # folders), how it reports, evaluates, exports and spreads its work; none changes the weights it trains.
 RESUMABLE_CHANGES = frozenset({
     "run_dir", "data_dir", "progress", "backup_every_steps", "eval_every_epochs", "eval_images", "eval_relevance",
-    "export", "export_onnx", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
+    "export", "export_onnx", "export_presets", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
     "cpu_devices", "strategy", "jit_compile", "deterministic_ops", "coordinator_address", "num_processes",
     "process_id", "coordinator_timeout"})
 
@@ -111,7 +112,7 @@ def run(config: ExperimentConfig) -> dict:
             check_run_dir_is_not_finished(run_dir)  # one that finished while this process started
             claim_backup(run_dir / "backup", config.settings(), RESUMABLE_CHANGES,
                          defaults=ExperimentConfig().settings())  # the same run, or none
-            for exports in ("export", "onnx"):  # a killed export's; only the holder exports here
+            for exports in ("export", "onnx", "presets"):  # a killed export's; only the holder exports here
                 remove_stale_exports(run_dir / exports, every=True)
         try:
             return _run_in(config, run_dir, strategy, started)
@@ -137,6 +138,20 @@ def _check_export_backend(config: ExperimentConfig) -> None:
             "with KERAS_BACKEND=tensorflow / jax.")
     if config.export.export_onnx:
         _check_onnx_export(config, backend)
+    if config.export.export_presets:
+        _check_preset_export(config)
+
+
+def _check_preset_export(config: ExperimentConfig) -> None:
+    """keras-hub presets hold keras-hub towers, beside the SavedModel's version: refused before the training."""
+    if not config.export.export:
+        raise KitmConfigError(f"{option('export_presets')} writes the towers beside the SavedModel (presets/<n> for "
+                              f"export/<n>); it needs {option('export')}=true.")
+    if not (encoders.uses_hub_image(config) and encoders.uses_hub_text(config)):
+        raise KitmConfigError(f"{option('export_presets')} saves keras-hub towers as keras-hub presets; this run's "
+                              f"towers are {option('image_encoder')}={config.model.image_encoder} and "
+                              f"{option('text_encoder')}={config.model.text_encoder} (give {option('joint_preset')}, "
+                              "or keras-hub presets for both).")
 
 
 def _check_onnx_export(config: ExperimentConfig, backend: str) -> None:

@@ -108,7 +108,7 @@ def test_the_clip_finetune_flagfile_with_lora_trains_resumes_after_a_kill_export
     # 6 steps (one epoch), a backup every 2 steps; killed at the first one.
     command = ["-m", "kitm.launch", f"--flagfile={ROOT / 'launch' / 'clip_finetune.flags'}",
                f"--joint_preset={tiny_clip}", "--eval_every_epochs=0", *_quick(tiny_synthetic, run_dir),
-               "--lora_rank=2", "--backup_every_steps=2"]
+               "--lora_rank=2", "--backup_every_steps=2", "--export_presets"]
     metadata = run_dir / "backup" / "training_metadata.json"
     # Without the fixture's empty KERAS_HOME (the preset is a local directory either way): the runs then fork from the
     # suite's server instead of starting a fresh interpreter each.
@@ -154,3 +154,23 @@ def test_the_clip_finetune_flagfile_with_lora_trains_resumes_after_a_kill_export
     assert result["text"] == [2, 16] and result["image"] == [1, 16]
     assert max(abs(n - 1) for n in result["norms"]) < 1e-5 and result["score_gap"] < 1e-5
     assert not result["kitm"] and not result["keras_hub"]
+
+    # --export_presets: the towers as keras-hub presets (the adapters merged) give the SavedModel's embeddings.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (the SavedModel's tokenizer ops)
+
+    from kitm.data.synthetic_records import encode_png
+    from kitm.ops.images import decode_image, eval_image
+    from kitm.serving.hub_presets import load_tower_presets
+
+    assert f"keras-hub presets: {run_dir / 'presets' / '1'}" in second.stdout
+    model, tokenizer = load_tower_presets(run_dir / "presets" / "1")
+    captions = tf.constant(["a red circle", "two small squares above a large triangle"])
+    png = tf.constant([encode_png(np.full((40, 36, 3), 120, np.uint8))])
+    size = summary["flags"]["image_size"]
+    exported = tf.saved_model.load(summary["export"])
+    np.testing.assert_allclose(model.encode_text(tokenizer(captions)).numpy(),
+                               exported.encode_text(captions)["embeddings"].numpy(), atol=1e-5)
+    pixels = tf.stack([eval_image(decode_image(png[0]), size, summary["flags"]["eval_crop_fraction"])])
+    np.testing.assert_allclose(model.encode_image(pixels).numpy(), exported.encode_image(png)["embeddings"].numpy(),
+                               atol=1e-5)
