@@ -23,3 +23,13 @@ def test_a_loaded_keras_file_continues_training_with_the_same_loss(backend_resul
     assert saved[3] == 48 and 0 <= saved[2] <= 48
     np.testing.assert_array_equal(loaded, saved)
     np.testing.assert_allclose(results["reloaded_adaptive"], results["continued_adaptive"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ("tensorflow", "jax"))
+def test_a_loaded_keras_file_continues_the_centres_optimizer_groups(backend_results, backend):
+    """The semantic centres' losses own parameters and optimizers (optimizer groups): a `.keras` round trip brings
+    back the centres, the index heads and their optimizers' state, and training continues with the same losses
+    (PyTorch trains no optimizer groups: DualEncoder.compile refuses them there)."""
+    results = backend_results("keras_saving.py", backend)
+    np.testing.assert_array_equal(results["centres_steps"], [3.0, 3.0])
+    np.testing.assert_allclose(results["centres_reloaded"], results["centres_continued"], rtol=1e-6)
