@@ -79,6 +79,24 @@ def load_backbone(preset: str, setting: str):
         raise _offline_or_unknown(preset, setting, error) from None
 
 
+def _saved_tokenizer(folder: str):
+    """The tokenizer a local preset folder holds, read as keras-hub's preset loader reads it (tokenizer.json, then its
+    assets); None without one. keras-hub's `Tokenizer.from_preset` picks the class from the backbone's, and for a
+    CLIP or SigLIP text encoder saved alone (kitm.serving.hub_presets; its tokenizers name the joint backbones) finds
+    none."""
+    import json
+
+    import keras
+
+    config = os.path.join(folder, "tokenizer.json")
+    if not os.path.isfile(config):
+        return None
+    with open(config) as handle:
+        tokenizer = keras.saving.deserialize_keras_object(json.load(handle))
+    tokenizer.load_preset_assets(folder)
+    return tokenizer
+
+
 def load_tokenizer(preset: str, setting: str):
     """The keras-hub tokenizer saved with `preset` (its vocabulary / merges / SentencePiece model)."""
     import keras_hub
@@ -87,6 +105,9 @@ def load_tokenizer(preset: str, setting: str):
     try:
         return keras_hub.tokenizers.Tokenizer.from_preset(os.path.expanduser(preset) if local else preset)
     except Exception as error:
+        saved = _saved_tokenizer(os.path.expanduser(preset)) if local else None
+        if saved is not None:
+            return saved
         if local:
             raise KitmConfigError(f"{option(setting)}={preset}: the preset has no usable tokenizer "
                                   f"({type(error).__name__}: {error}); save one with the tokenizer's "

@@ -7,7 +7,8 @@
 - `<directory>/text/`: the text tower's backbone and its tokenizer (`Tokenizer.save_to_preset`: tokenizer.json and
   its assets; `Backbone.from_preset("<directory>/text")` loads the backbone; keras-hub's `Tokenizer.from_preset`
   loads the tokenizer of a whole backbone such as BERT's, while that of a CLIP or SigLIP text encoder saved alone is
-  read from its tokenizer.json and assets, as `load_tower_presets` does);
+  read from its tokenizer.json and assets, as keras-hub's loader reads them: `load_tower_presets` and kitm's
+  `--text_preset=<directory>/text` do);
 - `<directory>/kitm_heads.json` and `kitm_heads.npz`: what kitm adds on top of the backbones, so that the preset
   gives the model's embeddings: each tower's family (its pooling: CLIP's class token or end-of-text token, SigLIP's
   pooled output, BERT's masked mean, ResNet's average), the image normalisation `x * scale + offset` of [0, 1]
@@ -71,20 +72,12 @@ def save_tower_presets(model, tokenizer, directory: str | os.PathLike) -> str:
     return str(directory)
 
 
-def _preset_tokenizer(folder: pathlib.Path):
-    """The tokenizer saved in a preset folder, read as keras-hub's preset loader reads it (its tokenizer.json, then
-    its assets). `keras_hub.tokenizers.Tokenizer.from_preset` picks the class from the backbone's, and for a CLIP or
-    SigLIP text encoder saved alone (not the joint CLIPBackbone / SigLIPBackbone its tokenizers name) finds none."""
-    tokenizer = keras.saving.deserialize_keras_object(json.loads((folder / "tokenizer.json").read_text()))
-    tokenizer.load_preset_assets(str(folder))
-    return tokenizer
-
-
 def load_tower_presets(directory: str | os.PathLike):
     """(DualEncoder, HubCaptionTokenizer) from a folder `save_tower_presets` wrote: the backbones and the tokenizer
     by keras-hub's `from_preset`, kitm's pooling, normalisation and projections from kitm_heads.*."""
     import keras_hub
 
+    from kitm.layers.hub_presets import load_tokenizer
     from kitm.layers.hub_tokenizers import HubCaptionTokenizer
     from kitm.layers.hub_towers import HubImageTower, HubTextTower
     from kitm.models import DualEncoder
@@ -93,8 +86,8 @@ def load_tower_presets(directory: str | os.PathLike):
     heads = json.loads((directory / HEADS_FILE).read_text())
     image_backbone = keras_hub.models.Backbone.from_preset(str(directory / "image"))
     text_backbone = keras_hub.models.Backbone.from_preset(str(directory / "text"))
-    tokenizer = HubCaptionTokenizer(_preset_tokenizer(directory / "text"), heads["text"]["tokenizer_family"],
-                                    heads["text"]["sequence_length"])
+    tokenizer = HubCaptionTokenizer(load_tokenizer(str(directory / "text"), "text_preset"),
+                                    heads["text"]["tokenizer_family"], heads["text"]["sequence_length"])
     image = HubImageTower(image_backbone, heads["image"]["family"], heads["image"]["scale"], heads["image"]["offset"])
     text = HubTextTower(text_backbone, heads["text"]["family"])
     model = DualEncoder(image, text, heads["embedding_dim"], name="dual_encoder")

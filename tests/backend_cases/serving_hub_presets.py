@@ -46,6 +46,12 @@ def cases():
         saved = save_tower_presets(model, tokenizer, os.path.join(folder, "presets"))
         loaded, loaded_tokenizer = load_tower_presets(saved)
         alone = keras_hub.models.Backbone.from_preset(os.path.join(saved, "image"))
+        # The saved towers as kitm's own --image_preset / --text_preset: the towers of a new run start from them.
+        again = experiment_config("synthetic", image_encoder="hub", image_preset=os.path.join(saved, "image"),
+                                  text_encoder="hub", text_preset=os.path.join(saved, "text"), image_size=32,
+                                  max_caption_length=6)
+        again_tokenizer = build_hub_tokenizer(again)
+        again_image, again_text, _ = build_towers(again, again_tokenizer)
         results = {
             "image": keras.ops.convert_to_numpy(model.encode_image(pixels)),
             "text": keras.ops.convert_to_numpy(model.encode_text(tokens)),
@@ -53,6 +59,11 @@ def cases():
             "loaded_text": keras.ops.convert_to_numpy(loaded.encode_text(tokens)),
             "backbone": keras.ops.convert_to_numpy(model.image_encoder.backbone({"images": pixels})),
             "backbone_alone": keras.ops.convert_to_numpy(alone({"images": pixels})),
+            "tower": keras.ops.convert_to_numpy(model.image_encoder(pixels)),
+            "tower_again": keras.ops.convert_to_numpy(again_image(pixels)),
+            "text_tower": keras.ops.convert_to_numpy(model.text_encoder(tokens)),
+            "text_tower_again": keras.ops.convert_to_numpy(again_text(tokens)),
+            "tokenizer_again": np.array(float(again_tokenizer.vocabulary_size == tokenizer.vocabulary_size)),
             "lora_saved": np.array(float(not any("lora" in v.path for v in alone.weights))),
             "files": np.array(float(sorted(os.listdir(saved)) == ["image", "kitm_heads.json", "kitm_heads.npz",
                                                                   "text"])),

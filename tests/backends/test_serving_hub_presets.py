@@ -16,3 +16,7 @@ def test_presets_give_back_the_model(backend_results, backend):
     np.testing.assert_allclose(results["loaded_image"], results["image"], atol=1e-6)
     np.testing.assert_allclose(results["loaded_text"], results["text"], atol=1e-6)
     np.testing.assert_allclose(results["backbone_alone"], results["backbone"], atol=1e-6)
+    # kitm's --image_preset / --text_preset take the saved towers (the text one with its tokenizer).
+    assert results["tokenizer_again"] == 1.0
+    np.testing.assert_allclose(results["tower_again"], results["tower"], atol=1e-6)
+    np.testing.assert_allclose(results["text_tower_again"], results["text_tower"], atol=1e-6)
