@@ -12,7 +12,7 @@ A folder `<run_dir>/onnx/<n>/` (`python -m kitm.launch ... --export_onnx`; n is 
   (the word on line i has id i + 2; 0 pads, 1 is an unknown word).
 
 The embeddings are L2-normalised, so an image's and a caption's dot product is the score of the SavedModel's
-`score` signature. The towers are the same computation as the SavedModel's (tests/serving/test_onnx_towers.py: 1e-5
+`score` signature. The towers are the same computation as the SavedModel's (tests/end_to_end/test_export.py: 1e-5
 under onnxruntime); the SavedModel stays the reference server (its signatures take raw captions and image bytes).
 
 The conversion is the one Keras' `model.export(format="onnx")` uses for each backend: tf2onnx from a traced
