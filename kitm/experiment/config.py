@@ -338,8 +338,8 @@ class ExportConfig(_Section):
     export: bool = setting(True, "Export a SavedModel at the end.")
     export_onnx: bool = setting(False, "Also write the image and the text tower as ONNX files, <run_dir>/onnx/<n>/ "
                                        "beside the SavedModel export/<n>/ (docs/serving.md).")
-    export_presets: bool = setting(False, "Also write the keras-hub towers as keras-hub presets, <run_dir>/presets/<n>/ "
-                                          "beside export/<n>/ (docs/fine-tuning-clip.md).")
+    export_presets: bool = setting(False, "Also write the keras-hub towers as keras-hub presets, "
+                                          "<run_dir>/presets/<n>/ beside export/<n>/ (docs/fine-tuning-clip.md).")
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "objective": ObjectiveConfig, "training": TrainingConfig,

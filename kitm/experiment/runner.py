@@ -45,7 +45,8 @@ from kitm.training.fault_tolerance import claim_backup
 # folders), how it reports, evaluates, exports and spreads its work; none changes the weights it trains.
 RESUMABLE_CHANGES = frozenset({
     "run_dir", "data_dir", "progress", "backup_every_steps", "eval_every_epochs", "eval_images", "eval_relevance",
-    "export", "export_onnx", "export_presets", "projector_samples", "test_crops", "eval_crop_fraction", "collapse_threshold", "stop_on_collapse",
+    "export", "export_onnx", "export_presets", "projector_samples", "test_crops", "eval_crop_fraction",
+    "collapse_threshold", "stop_on_collapse",
     "cpu_devices", "strategy", "jit_compile", "deterministic_ops", "coordinator_address", "num_processes",
     "process_id", "coordinator_timeout"})
 

@@ -148,9 +148,9 @@ def _convert(function, inputs: dict[str, tuple[tuple[int | None, ...], str]], ou
 
 
 # How kitm's own tokenizer (kitm.layers.CaptionTokenizer) turns a caption into ids, for a client without TensorFlow.
-_KITM_TOKENIZATION = ("Unicode case folding (NFKC, lower case: tensorflow_text.case_fold_utf8); split where the Unicode "
-                      "script changes and at whitespace (tensorflow_text.UnicodeScriptTokenizer: 'dog.' gives 'dog' "
-                      "and '.'); tokens made only of punctuation or symbols dropped; a word on line i of "
+_KITM_TOKENIZATION = ("Unicode case folding (NFKC, lower case: tensorflow_text.case_fold_utf8); split where the "
+                      "Unicode script changes and at whitespace (tensorflow_text.UnicodeScriptTokenizer: 'dog.' gives "
+                      "'dog' and '.'); tokens made only of punctuation or symbols dropped; a word on line i of "
                       "vocabulary.txt has id i + 2, any other word id 1; the first max_length ids kept, 0 after them.")
 
 

@@ -78,7 +78,8 @@ def cases():
              for loss in (adaptive, loaded.loss_functions["adaptive"])]
     continued = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
     reloaded = loaded.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
-    return {**_centres_round_trip(), "losses_named": np.array(float(sorted(loaded.loss_functions) == ["adaptive", "nce", "triplet"])),
+    return {**_centres_round_trip(),
+            "losses_named": np.array(float(sorted(loaded.loss_functions) == ["adaptive", "nce", "triplet"])),
             "adaptive_state": np.array(state),
             "continued_adaptive": np.asarray(continued["adaptive/i2t"]),
             "reloaded_adaptive": np.asarray(reloaded["adaptive/i2t"]),

@@ -3,8 +3,8 @@ graded InfoNCE, SigLIP, the triplet (hardest and sum) and SAM (matched, hardest)
 under the threshold rule, and with "mask" under GISTEmbed's rule (above the positive's relevance, margin 0.05).
 Per-anchor terms and the gradients of each loss's sum with respect to both embeddings, float64, from fixed numpy
 inputs: a batch of 6 with two samples of one image (rows 0 and 1), negative similarities, and a relevance matrix
-whose flags differ between the rows and the columns under GISTEmbed's rule (tests/backends/test_losses_false_negatives.py
-compares them with numpy oracles of the module's equations)."""
+whose flags differ between the rows and the columns under GISTEmbed's rule
+(tests/backends/test_losses_false_negatives.py compares them with numpy oracles of the module's equations)."""
 
 import keras
 import numpy as np
@@ -56,9 +56,9 @@ def cases():
             key = f"{name}/{mode}/{rule}"
             results[f"{key}/value"] = value
             results[f"{key}/d_image"], results[f"{key}/d_text"] = grads["image"], grads["text"]
-            terms = loss.compute_terms({"relevance": keras.ops.convert_to_tensor(relevance), "image_index": IMAGE_INDEX},
-                                       {"image": keras.ops.convert_to_tensor(image),
-                                        "text": keras.ops.convert_to_tensor(text)})
+            y_true = {"relevance": keras.ops.convert_to_tensor(relevance), "image_index": IMAGE_INDEX}
+            terms = loss.compute_terms(y_true, {"image": keras.ops.convert_to_tensor(image),
+                                                "text": keras.ops.convert_to_tensor(text)})
             for term, values in terms.items():
                 results[f"{key}/{term}"] = to_numpy(values)
     return results
