@@ -15,9 +15,9 @@ pytest.importorskip("jax")
 # One device's run on JAX, read by two tests: the export's (below) and the two-device comparison's (its baseline).
 # The triplet and the ladder together: a loss that gathers on TensorFlow and one that cannot, both over the global
 # array on JAX.
-# With jax2onnx, its ONNX towers too (kitm.serving.onnx).
-ONE_DEVICE = ["--epochs=2", "--eval_every_epochs=2", "--projector_samples=8", "--loss=triplet,ladder",
-              *(["--export_onnx"] if importlib.util.find_spec("jax2onnx") else [])]
+ONE_DEVICE = ["--epochs=2", "--eval_every_epochs=2", "--projector_samples=8", "--loss=triplet,ladder"]
+# The one-device run also writes its ONNX towers where jax2onnx is installed (kitm.serving.onnx).
+ONNX = ["--export_onnx"] if importlib.util.find_spec("jax2onnx") else []
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def one_device_run(tiny_synthetic, tiny_flags, subprocess_env, repo_root, tmp_pa
 
     run_dir = tmp_path_factory.mktemp("jax_one_device") / "run"
     done = subprocess.run([sys.executable, "-m", "kitm.launch", *tiny_flags, f"--data_dir={tiny_synthetic}",
-                           f"--run_dir={run_dir}", *ONE_DEVICE],
+                           f"--run_dir={run_dir}", *ONE_DEVICE, *ONNX],
                           env=subprocess_env(KERAS_BACKEND="jax"), cwd=repo_root, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
