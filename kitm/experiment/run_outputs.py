@@ -101,18 +101,18 @@ def export(run: _RunParts, model) -> str | None:
                                      image_size=config.data.image_size,
                                      eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
     print(f"SavedModel: {export_path}")
+    version = int(pathlib.Path(export_path).name)  # the ONNX towers and presets pair with the SavedModel's version
     if config.export.export_onnx:
         from kitm.serving.onnx import export_onnx_version
 
-        onnx_path = export_onnx_version(model, run.tokenizer, run.run_dir / "onnx", int(pathlib.Path(export_path).name),
+        onnx_path = export_onnx_version(model, run.tokenizer, run.run_dir / "onnx", version,
                                         image_mode=info.image_mode, image_size=config.data.image_size,
                                         eval_crop_fraction=config.data.eval_crop_fraction, feature_dim=feature_dim)
         print(f"ONNX towers: {onnx_path}")
     if config.export.export_presets:
         from kitm.serving.hub_presets import save_tower_presets
 
-        presets_path = save_tower_presets(model, run.tokenizer,
-                                          run.run_dir / "presets" / pathlib.Path(export_path).name)
+        presets_path = save_tower_presets(model, run.tokenizer, run.run_dir / "presets" / str(version))
         print(f"keras-hub presets: {presets_path}")
     return export_path
 

@@ -209,19 +209,13 @@ class RetrievalLoss(keras.losses.Loss):
             raise ValueError(f"Embeddings must be [B, D]; got image {image.shape} and text {text.shape}.")
         return cosine_similarity_matrix(image, text)
 
-    def false_negative_flags(self, y_true, relevance_rows=None, relevance_columns=None, own_rows=None,
-                             own_columns=None, batch_size=None) -> tuple:
-        """Bool (rows, columns) of the candidates flagged as false negatives (kitm.losses.false_negatives): from
-        the given relevance blocks and own pairs (global negatives), else from y_true["relevance"] [B, B] and the
-        diagonal."""
-        if relevance_rows is None:
-            relevance = self.optional(y_true, "relevance")
-            if relevance is None:
-                raise ValueError(f"{type(self).__name__}(false_negatives={self.false_negative_filter.mode!r}) needs "
-                                 "y_true['relevance'] ([B, B], relevance of caption q to image p) to flag them.")
-            relevance_rows = relevance_columns = ops.convert_to_tensor(relevance)
-            own_rows = own_columns = diagonal_mask(batch_size, batch_size)
-        return self.false_negative_filter.flags(relevance_rows, relevance_columns, own_rows, own_columns)
+    def false_negative_relevance(self, y_true):
+        """y_true["relevance"], which the false-negative filter flags candidates by; a ValueError without it."""
+        relevance = self.optional(y_true, "relevance")
+        if relevance is None:
+            raise ValueError(f"{type(self).__name__}(false_negatives={self.false_negative_filter.mode!r}) needs "
+                             "y_true['relevance'] ([B, B], relevance of caption q to image p) to flag them.")
+        return relevance
 
     def filtered_negatives(self, y_true, similarity, image_index=None):
         """(row negatives, column negatives) [B, B] without the flagged false negatives, for a loss that hinges on
@@ -229,7 +223,9 @@ class RetrievalLoss(keras.losses.Loss):
         rule applies)."""
         if not self.false_negative_filter.active:
             return None
-        row_flags, column_flags = self.false_negative_flags(y_true, batch_size=ops.shape(similarity)[0])
+        relevance = ops.convert_to_tensor(self.false_negative_relevance(y_true))
+        own = diagonal_mask(ops.shape(similarity)[0], ops.shape(similarity)[0])
+        row_flags, column_flags = self.false_negative_filter.flags(relevance, relevance, own, own)
         return self.false_negative_filter.negatives(negative_mask(similarity, image_index), row_flags, column_flags)
 
     @staticmethod

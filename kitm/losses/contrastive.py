@@ -288,10 +288,7 @@ class _LearnableTemperature:
         similarity = self.similarity(y_pred)  # the checks of y_pred
         filtering = self.false_negative_filter
         if relevance is None and filtering.active:
-            relevance = self.optional(y_true, "relevance")
-            if relevance is None:
-                raise ValueError(f"{type(self).__name__}(false_negatives={filtering.mode!r}) needs "
-                                 "y_true['relevance'] ([B, B], relevance of caption q to image p) to flag them.")
+            relevance = self.false_negative_relevance(y_true)
         batch = self.global_batch(y_pred)
         if batch is not None:
             rows, columns = batch.similarity_blocks(y_pred)

@@ -20,6 +20,20 @@ from kitm.losses import AdaptiveMarginTripletLoss, InfoNCELoss, TripletLoss
 from kitm.models import DualEncoder
 
 
+def _batch_and_model(data_seed: int, weight_seed: int):
+    """(x, y, a built DualEncoder with every weight from numpy, the weights' generator for further draws): the
+    backends' initialisers draw differently, so nothing comes from them."""
+    rng = np.random.default_rng(data_seed)
+    x = {"image": rng.normal(size=(8, 6)), "tokens": rng.integers(1, 12, size=(8, 5)).astype("int32")}
+    y = {"image_index": np.arange(8, dtype="int32")}
+    model = DualEncoder(FeatureMLP(width=5, dropout=0.0), GRUTextEncoder(12, word_dim=4, units=3), embedding_dim=4)
+    model(x)
+    weights = np.random.default_rng(weight_seed)
+    for weight in model.weights:
+        weight.assign(weights.normal(scale=0.5, size=tuple(weight.shape)))
+    return x, y, model, weights
+
+
 def _centres_round_trip():
     """The semantic centres' losses (their own parameters and optimizers: optimizer groups) beside the triplet,
     trained 3 steps, saved, loaded, then 2 more steps each: {name: array}. PyTorch refuses optimizer groups in
@@ -28,14 +42,7 @@ def _centres_round_trip():
 
     if keras.backend.backend() == "torch":
         return {}
-    rng = np.random.default_rng(2)
-    x = {"image": rng.normal(size=(8, 6)), "tokens": rng.integers(1, 12, size=(8, 5)).astype("int32")}
-    y = {"image_index": np.arange(8, dtype="int32")}
-    model = DualEncoder(FeatureMLP(width=5, dropout=0.0), GRUTextEncoder(12, word_dim=4, units=3), embedding_dim=4)
-    model(x)
-    weights = np.random.default_rng(3)
-    for weight in model.weights:
-        weight.assign(weights.normal(scale=0.5, size=tuple(weight.shape)))
+    x, y, model, weights = _batch_and_model(2, 3)
     centres = SemanticCenterLoss(8, 4)
     centres.table.trainable_variables[0].assign(weights.normal(scale=0.5, size=(8, 4)))
     model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "centers": centres,
@@ -54,14 +61,7 @@ def _centres_round_trip():
 
 
 def cases():
-    rng = np.random.default_rng(0)
-    x = {"image": rng.normal(size=(8, 6)), "tokens": rng.integers(1, 12, size=(8, 5)).astype("int32")}
-    y = {"image_index": np.arange(8, dtype="int32")}
-    model = DualEncoder(FeatureMLP(width=5, dropout=0.0), GRUTextEncoder(12, word_dim=4, units=3), embedding_dim=4)
-    model(x)
-    weights = np.random.default_rng(1)
-    for weight in model.weights:  # the backends' initialisers draw differently: every weight from numpy
-        weight.assign(weights.normal(scale=0.5, size=tuple(weight.shape)))
+    x, y, model, _ = _batch_and_model(0, 1)
     adaptive = AdaptiveMarginTripletLoss(sampling="hardest")  # deterministic negatives: equal continuations
     model.compile(keras.optimizers.Adam(1e-2), losses={"triplet": TripletLoss(), "nce": InfoNCELoss(),
                                                        "adaptive": adaptive},
