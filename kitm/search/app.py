@@ -24,6 +24,7 @@ in within `--header_timeout_s` is closed (`kitm.search.settings`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import html
 import importlib.util
 import json
@@ -144,11 +145,11 @@ def create_app(searcher: Searcher):
             raise QueryError('The body must be JSON: {"query": "a red circle", "k": 10}.') from None
         if not isinstance(payload, dict) or "query" not in payload:
             raise QueryError('The body must be a JSON object with a "query": {"query": "a red circle", "k": 10}.')
-        return JSONResponse(await run_in_threadpool(searcher.search_text, payload["query"], payload.get("k", 10)))
+        return JSONResponse(await searcher.search_text_async(payload["query"], payload.get("k", 10)))
 
     @app.get("/api/search/text")
     async def search_text_get(q: str = "", k: str = "10"):
-        return JSONResponse(await run_in_threadpool(searcher.search_text, q, k))
+        return JSONResponse(await searcher.search_text_async(q, k))
 
     @app.post("/api/search/image")
     async def search_image_post(request: Request, k: str = "10"):
@@ -157,7 +158,7 @@ def create_app(searcher: Searcher):
 
     @app.get("/api/search/image/{position}")
     async def search_image_get(position: str, k: str = "10"):
-        return JSONResponse(await run_in_threadpool(searcher.search_indexed_image, position, k))
+        return JSONResponse(await searcher.search_indexed_image_async(position, k))
 
     @app.get("/api/thumbnail/{position}")
     async def thumbnail(position: str):
@@ -212,6 +213,12 @@ def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
+    # The model, the index and the libraries are a million Python objects that live as long as the server: moved
+    # out of the collector's reach (gc.freeze), they are not walked again by every full collection, which under
+    # load came every 2 s and stopped all requests for about 300 ms (benchmarks/bench_search_load.py, 50 clients:
+    # p99 358 ms before, see docs/search.md).
+    gc.collect()
+    gc.freeze()
     parser = "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
     base = import_from_string(HTTP_PROTOCOLS[parser])
     config = uvicorn.Config(create_app(searcher), host=host, port=port, log_level=log_level,

@@ -8,6 +8,7 @@ HTTP status the app answers with; the searcher stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -199,7 +200,18 @@ class Searcher:
         """The `k` images nearest to the caption `query`, with their scores and graded relevance."""
         started = time.perf_counter()
         query, k = self.check_query(query), self.check_k(k)
-        _, query_words, positions, scores, graded, matched = self._batcher("text")((query, k))
+        return self._text_answer(query, k, self._batcher("text")((query, k)), started)
+
+    async def search_text_async(self, query, k=10) -> dict:
+        """`search_text` for an event loop: it awaits its batch (no thread waits on it), so the server answers
+        many requests on one thread instead of handing each to a pool thread that blocks on the batch."""
+        started = time.perf_counter()
+        query, k = self.check_query(query), self.check_k(k)
+        return self._text_answer(query, k, await asyncio.wrap_future(self._batcher("text").submit((query, k))),
+                                 started)
+
+    def _text_answer(self, query: str, k: int, found: tuple, started: float) -> dict:
+        _, query_words, positions, scores, graded, matched = found
         words = self.words_report(query_words)
         results = [{"rank": rank + 1, "score": float(score), **self.image_result(position),
                     "relevance": graded.values[rank], "annotated": graded.annotated[rank]}
@@ -263,6 +275,18 @@ class Searcher:
 
     def search_indexed_image(self, position, k=10) -> dict:
         """The captions (and images) nearest to indexed image `position`."""
+        started = time.perf_counter()
+        query = self._indexed_image_query(position, k)
+        return self._image_answer(query, self._batcher("search")(query), started)
+
+    async def search_indexed_image_async(self, position, k=10) -> dict:
+        """`search_indexed_image` for an event loop (as `search_text_async`)."""
+        started = time.perf_counter()
+        query = self._indexed_image_query(position, k)
+        return self._image_answer(query, await asyncio.wrap_future(self._batcher("search").submit(query)), started)
+
+    def _indexed_image_query(self, position, k) -> tuple[np.ndarray, int, int]:
+        """The search batcher's item for indexed image `position`: (its embedding, k, position), checked."""
         k = self.check_k(k)
         try:
             position = int(position)
@@ -272,11 +296,16 @@ class Searcher:
             raise QueryError(f"No image {position} in the index: it holds images 0 to {self.index.num_images - 1}.",
                              404)
         vector = self.index.image_embeddings[position]  # mapped by load_index (opening it per query cost 1.5 ms)
-        return self._search_image(np.array(vector, np.float32), position, k)
+        return np.array(vector, np.float32), k, position
 
     def _search_image(self, vector: np.ndarray, position: int | None, k: int) -> dict:
         started = time.perf_counter()
-        rows, caption_scores, graded, positions, scores = self._batcher("search")((vector, k, position))
+        query = (vector, k, position)
+        return self._image_answer(query, self._batcher("search")(query), started)
+
+    def _image_answer(self, query: tuple, found: tuple, started: float) -> dict:
+        _, k, position = query
+        rows, caption_scores, graded, positions, scores = found
         captions = []
         if graded is not None:
             captions = [{"rank": rank + 1, "score": float(score), "caption": int(row),

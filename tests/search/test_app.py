@@ -5,6 +5,7 @@ The browser types one of the world's captions and checks the results table: rank
 with the world's exact truth (the annotated image at relevance 1). KITM_SEARCH_SCREENSHOT=<path.png> saves the page.
 """
 
+import asyncio
 import base64
 import json
 import os
@@ -262,7 +263,8 @@ def test_an_index_is_refused_with_another_model(tiny_search_index, other_search_
 
 def test_batched_queries_get_the_answers_of_queries_asked_alone(tiny_search_index):
     """Dynamic batching changes nothing in an answer: 24 text queries and 12 indexed-image queries asked at once
-    from 36 threads (a 50 ms window, so they gather) against the same queries one at a time with batches of 1."""
+    from 36 threads, and again as 36 tasks of one event loop (the server's path; a 50 ms window, so they gather),
+    against the same queries one at a time with batches of 1."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kitm.search import Searcher
@@ -280,10 +282,21 @@ def test_batched_queries_get_the_answers_of_queries_asked_alone(tiny_search_inde
         found.pop("seconds")
         return found
 
+    async def answer_on_a_loop(ask):  # the server's path: awaited on its event loop, no thread per request
+        kind, query, k = ask
+        found = await (batched.search_text_async(query, k) if kind == "text"
+                       else batched.search_indexed_image_async(query, k))
+        found.pop("seconds")
+        return found
+
+    async def all_at_once():
+        return await asyncio.gather(*map(answer_on_a_loop, asks))
+
     with ThreadPoolExecutor(len(asks)) as pool:
         together = list(pool.map(lambda ask: answer(batched, ask), asks))
+    awaited = asyncio.run(all_at_once())
     one_by_one = [answer(alone, ask) for ask in asks]
-    for ask, got, expected in zip(asks, together, one_by_one):
+    for ask, got, expected in [*zip(asks, together, one_by_one), *zip(asks, awaited, one_by_one)]:
         scores = [r["score"] for r in got.get("results", got.get("captions", []))]
         wanted = [r["score"] for r in expected.get("results", expected.get("captions", []))]
         np.testing.assert_allclose(scores, wanted, atol=1e-6, err_msg=str(ask))
