@@ -213,7 +213,7 @@ def serve(searcher: Searcher, *, host: str = "127.0.0.1", port: int = 8000, log_
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
-    # The model, the index and the libraries are a million Python objects that live as long as the server: moved
+    # The model, the index and the libraries are Python objects that live as long as the server: moved
     # out of the collector's reach (gc.freeze), they are not walked again by every full collection, which under
     # load came every 2 s and stopped all requests for about 300 ms (benchmarks/bench_search_load.py, 50 clients:
     # p99 358 ms before, see docs/search.md).
