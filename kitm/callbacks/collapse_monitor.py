@@ -48,16 +48,36 @@ class CollapseMonitor(keras.callbacks.Callback):
         self.statistics: dict[str, float] = {}
         self.last: dict[str, float] = {}
 
-    def on_epoch_end(self, epoch, logs=None):
+    def include_earlier_epochs(self, epochs: list[dict]) -> None:
+        """After a resumed fit: the logs of the epochs before the restore (kitm.training.epoch_history), silently.
+        The first collapse among them comes before any this fit saw, and their last values stand where this fit
+        ran no epoch (a run killed after training)."""
+        seen_last, seen_collapse = dict(self.last), (self.collapsed_epoch, self.statistics)
+        self.collapsed_epoch, self.statistics = None, {}
+        for epoch, logs in enumerate(epochs):
+            self._record(epoch, {key: value for key, value in logs.items() if value is not None})
+        if seen_last:
+            self.last = seen_last
+        if self.collapsed_epoch is None:
+            self.collapsed_epoch, self.statistics = seen_collapse
+
+    def _record(self, epoch, logs) -> bool:
+        """Keep the epoch's statistics; True when this epoch is the run's first collapsed one."""
         values = {key: float(logs[key]) for key in STATISTICS if logs and key in logs}
         if not values:
-            return
+            return False
         self.last = values
         if not all(math.isfinite(value) for value in values.values()):
-            return  # a non-finite epoch (a diverged loss) is not a collapse: the run's non-finite stop says so
+            return False  # a non-finite epoch (a diverged loss) is not a collapse: the run's non-finite stop says so
         if self.collapsed_epoch is not None or max(values.values()) <= self.threshold:
-            return
+            return False
         self.collapsed_epoch, self.statistics = int(epoch), values
+        return True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._record(epoch, logs):
+            return
+        values = self.statistics
         print(f"kitm: WARNING: the embeddings collapsed in epoch {epoch + 1}: mean pairwise cosine of a batch's "
               f"image embeddings {values.get(STATISTICS[0], float('nan')):.3f}, caption embeddings "
               f"{values.get(STATISTICS[1], float('nan')):.3f} (threshold {self.threshold}); retrieval will be "

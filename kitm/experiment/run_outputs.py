@@ -117,11 +117,15 @@ def export(run: _RunParts, model) -> str | None:
     return export_path
 
 
-def summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
-    """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history."""
+def summary_of_training(run: _RunParts, model, train, backup, history, earlier_epochs=()) -> dict:
+    """summary.json's account of the training: data, replicas, steps, epochs, resumption, workers, history. A resumed
+    run's history starts with the `earlier_epochs` kept beside its backup (kitm.training.epoch_history); "epochs_run"
+    counts the epochs this process trained."""
     from kitm.training.distribution import is_chief, num_workers
+    from kitm.training.epoch_history import merged_history
 
     info = run.info
+    whole_history = merged_history(list(earlier_epochs), history.history)
     return {
         "dataset": {"dir": str(run.data_dir), "name": info.name,
                     "splits": {s: e["num_images"] for s, e in info.splits.items()}},
@@ -130,12 +134,13 @@ def summary_of_training(run: _RunParts, model, train, backup, history) -> dict:
         "epochs_run": len(history.history.get("loss", [])),
         "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "resumed_from_step": getattr(backup, "restored_step", 0),
+        "history_restored_epochs": len(earlier_epochs),
         "workers": {"count": num_workers(run.strategy), "chief": is_chief(run.strategy)},
         **_input_work(train),
         "parameters": _parameters(model),
         "peak_memory": _peak_memory(),
-        "history": history.history,
-        "final_train_metrics": {key: values[-1] for key, values in history.history.items() if values},
+        "history": whole_history,
+        "final_train_metrics": {key: values[-1] for key, values in whole_history.items() if values},
     }
 
 

@@ -107,7 +107,7 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     local_copy = _local_copy(run, train)
     settings = config.settings()
     write_hparams(run.run_dir / "logs", settings, trial_id=run.run_dir.name)
-    callbacks, backup, collapse, non_finite = _callbacks(run, train.steps_per_epoch, local_copy)
+    callbacks, backup, epoch_history, collapse, non_finite = _callbacks(run, train.steps_per_epoch, local_copy)
     train_started = time.time()
     # The input repeats (one pass per epoch): steps_per_epoch marks the epochs, the same on every worker.
     history = run.trainer.fit(model, train.dataset, callbacks, steps_per_epoch=train.steps_per_epoch,
@@ -115,7 +115,9 @@ def train_evaluate_export(config: ExperimentConfig, data_dir: pathlib.Path, run_
     train_seconds = time.time() - train_started
     if non_finite.stopped_at is not None:  # no test, export or summary of a model whose weights hold NaN
         raise non_finite.error(config, run.chief_dir)
-    training = run_outputs.summary_of_training(run, model, train, backup, history)
+    if collapse is not None:  # a resumed run's epochs before the restore (kitm.training.epoch_history)
+        collapse.include_earlier_epochs(epoch_history.earlier)
+    training = run_outputs.summary_of_training(run, model, train, backup, history, epoch_history.earlier)
     if local_copy is not None:  # JAX across processes: the chief tests and exports the copy, the others are done
         model = _leave_processes(model, local_copy)
     test_split, test_figures = run_outputs.test_split(run, model, history) if model is not None else (None, None)
@@ -320,14 +322,16 @@ def _local_copy(run: _RunParts, train):
 
 
 def _callbacks(run: _RunParts, steps_per_epoch: int, local_copy=None):
-    """(callbacks, the backup, the collapse monitor or None, the non-finite loss stop): that stop, backup, collapse,
-    fine-tuning, validation, projector, the trainer's own, TensorBoard and the weights checkpoint, in that order.
-    With a `local_copy` (JAX across processes) validation and the projector run on the chief only, with the copy."""
+    """(callbacks, the backup, the epochs' history beside it, the collapse monitor or None, the non-finite loss stop):
+    that stop, backup, collapse, fine-tuning, validation, projector, the trainer's own, TensorBoard, the weights
+    checkpoint and the history beside the backup, in that order. With a `local_copy` (JAX across processes)
+    validation and the projector run on the chief only, with the copy."""
     from kitm.callbacks.checkpoint import AtomicWeightsCheckpoint
     from kitm.callbacks.collapse_monitor import CollapseMonitor
     from kitm.callbacks.local_copy import OnLocalCopy
     from kitm.training.distribution import is_chief
     from kitm.training import finetune
+    from kitm.training.epoch_history import EpochHistoryBackup
     from kitm.training.fault_tolerance import backup_save_freq
 
     t = run.config.training
@@ -350,7 +354,10 @@ def _callbacks(run: _RunParts, steps_per_epoch: int, local_copy=None):
         keras.callbacks.TensorBoard(str(run.run_dir / "logs"), update_freq="epoch"),
         AtomicWeightsCheckpoint(run.run_dir / "checkpoints" / "last.weights.h5"),
     ]
-    return callbacks, backup, collapse, non_finite
+    # Last: the epoch's logs are complete (validation included) when it writes them.
+    epoch_history = EpochHistoryBackup(backup)
+    callbacks.append(epoch_history)
+    return callbacks, backup, epoch_history, collapse, non_finite
 
 
 def _validation_callbacks(run: _RunParts) -> list:

@@ -67,5 +67,9 @@ def test_a_run_killed_while_scoring_or_exporting_finishes_on_the_rerun_without_t
     assert "Resumed from the backup at step 6 of 6." in result.stdout and "Epoch 1/" not in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["optimizer_steps"] == 6 and summary["epochs_run"] == 0 and summary["test"]["i2t_R@1"] >= 0
+    # Its history and the collapse monitor's last statistic are the training's, read back from beside the backup.
+    assert summary["history_restored_epochs"] == 1 and len(summary["history"]["loss"]) == 1
+    assert summary["final_train_metrics"]["loss"] == summary["history"]["loss"][0]
+    assert set(summary["collapse"]["last"]) == {"collapse/image_cosine", "collapse/text_cosine"}
     assert sorted(path.name for path in export.iterdir()) == ["1"]  # the stale temporary went with the rerun
     assert latest_version_dir(export) == export / "1" and (export / "1" / "saved_model.pb").is_file()

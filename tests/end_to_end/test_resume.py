@@ -64,6 +64,8 @@ def test_run_killed_with_sigkill_resumes_and_finishes_with_the_planned_steps(tin
     assert summary["resumed_from_step"] == killed_at
     assert summary["optimizer_steps"] == 18  # as if never killed
     assert summary["epochs_run"] == 3 - killed_at // 6  # the interrupted epoch (its remaining steps) and the rest
+    # The epochs before the interrupted one come back from beside the backup (kitm.training.epoch_history).
+    assert summary["history_restored_epochs"] == killed_at // 6 and len(summary["history"]["loss"]) == 3
     with h5py.File(run_dir / "checkpoints" / "last.weights.h5") as weights:
         assert int(weights["optimizer/vars/0"][()]) == 18
     assert (run_dir / "export" / "1" / "saved_model.pb").is_file()
