@@ -67,7 +67,9 @@ class EpochHistoryBackup(keras.callbacks.Callback):
         self._epochs: list[dict] = []
 
     def on_train_begin(self, logs=None):
-        restored_epoch = self.backup.restored_step // self.backup.steps_per_epoch
+        # A plain Keras BackupAndRestore (the semantic centres' phases each have their own) restores no step here.
+        restored_step = getattr(self.backup, "restored_step", 0)
+        restored_epoch = restored_step // self.backup.steps_per_epoch if restored_step else 0
         saved = read_epoch_history(pathlib.Path(self.backup.backup_dir) / HISTORY) if restored_epoch else []
         self.earlier = saved[:restored_epoch]
         self._epochs = list(self.earlier)
@@ -76,7 +78,8 @@ class EpochHistoryBackup(keras.callbacks.Callback):
         del self._epochs[epoch:]
         self._epochs += [{}] * (epoch - len(self._epochs))  # epochs the saved file lacked (a kill between writes)
         self._epochs.append(_numbers(logs))
-        write_text_atomically(pathlib.Path(self.backup.write_dir) / HISTORY, json.dumps(self._epochs))
+        write_dir = getattr(self.backup, "write_dir", self.backup.backup_dir)
+        write_text_atomically(pathlib.Path(write_dir) / HISTORY, json.dumps(self._epochs))
 
 
 def merged_history(earlier: list[dict], history: dict[str, list]) -> dict[str, list]:
