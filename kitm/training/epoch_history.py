@@ -18,37 +18,30 @@ adds nothing for that epoch).
 
 from __future__ import annotations
 
-import json
-import math
-import numbers
 import pathlib
 
 import keras
 
-from kitm.files import write_text_atomically
+from kitm.files import read_json, write_json_atomically
 
 HISTORY = "epoch_history.json"
 
 
 def _numbers(logs) -> dict[str, float]:
-    """The logs' numeric values as floats (JSON cannot hold NaN: a non-finite value becomes None)."""
+    """The logs' numeric values as floats (written as strict JSON: a non-finite value becomes null)."""
     values = {}
     for key, value in (logs or {}).items():
         try:
-            number = float(keras.ops.convert_to_numpy(value)) if not isinstance(value, numbers.Number) else float(value)
+            values[str(key)] = float(value)
         except (TypeError, ValueError):
             continue
-        values[str(key)] = number if math.isfinite(number) else None
     return values
 
 
 def read_epoch_history(path: pathlib.Path) -> list[dict]:
     """The entries of an epoch_history.json; [] when it is missing or unreadable (a backup made before kitm kept
     one)."""
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+    entries = read_json(path)
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
@@ -79,7 +72,7 @@ class EpochHistoryBackup(keras.callbacks.Callback):
         self._epochs += [{}] * (epoch - len(self._epochs))  # epochs the saved file lacked (a kill between writes)
         self._epochs.append(_numbers(logs))
         write_dir = getattr(self.backup, "write_dir", self.backup.backup_dir)
-        write_text_atomically(pathlib.Path(write_dir) / HISTORY, json.dumps(self._epochs))
+        write_json_atomically(pathlib.Path(write_dir) / HISTORY, self._epochs, indent=None)
 
 
 def merged_history(earlier: list[dict], history: dict[str, list]) -> dict[str, list]:
