@@ -61,6 +61,8 @@ class StudyAnalysis:
     tuned: tuple[TunedConfiguration, ...] = ()
     # configurations scored on other test data than the baseline (another world): no paired comparison with it
     not_compared: list[str] = dataclasses.field(default_factory=list)
+    # done runs whose per-query file a claim's bootstrap asked for and did not find, as (configuration, seed)
+    missing_per_query: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
     def per_query(self, configuration: str, seed: int, metric: str) -> tuple[dict[str, np.ndarray] | None, str]:
         """The per-query arrays of :func:`kitm.study.bootstrap.components` of `metric` for one done run, or
@@ -68,6 +70,8 @@ class StudyAnalysis:
         result = next((r for r in self.results if r.configuration == configuration and r.seed == seed and r.done),
                       None)
         if result is None or result.per_query is None:
+            if result is not None:
+                self.missing_per_query.add((configuration, seed))
             return None, "no per-query data"
         if result.per_query not in self.per_query_cache:
             try:
@@ -345,7 +349,21 @@ def analyse(spec: StudySpec, results: Sequence[RunResult], seeds: Sequence[int],
     warnings += _data_warnings([r for r in results if r.done], analysis.datasets)
     warnings += _code_warnings([r for r in results if r.done])
     warnings += _not_done_warnings(results)
+    warnings += _missing_per_query_warnings(analysis.missing_per_query)
     return analysis
+
+
+def _missing_per_query_warnings(missing: set[tuple[str, int]]) -> list[str]:
+    """Done runs without the per-query file a claim's bootstrap reads: their bootstrap columns say "no per-query
+    data" (the seed-level verdicts do not read them), so a report regenerated from a tree without the files differs
+    from one written with them: said at once rather than found in the table."""
+    if not missing:
+        return []
+    configurations = sorted({configuration for configuration, _ in missing})
+    return [f"{len(missing)} evaluated run(s) of {', '.join(configurations)} have no per-query file "
+            "(study_eval.per_query.npz beside study_eval.json): their claims' per-query bootstrap reads "
+            "\"no per-query data\" (the verdicts, from the seed-level figures, do not use it). A study whose files "
+            "left the tree restores them from git history first (docs/studies.md)."]
 
 
 def _claim_metric_warnings(claim: Claim, available: Sequence[str]) -> list[str]:

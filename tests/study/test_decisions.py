@@ -459,6 +459,10 @@ def test_report_without_per_query_files_says_so(tmp_path):
     report = json.loads((study / "report.json").read_text())
     assert {p["bootstrap_note"] for p in report["claims"][0]["parts"]} == {"no per-query data"}
     assert "| no per-query data |" in (study / "report.md").read_text()
+    # and one warning says so at once, naming the runs' configurations and where such files come back from
+    missing = [w for w in report["warnings"] if "have no per-query file" in w]
+    assert len(missing) == 1 and missing[0].startswith("4 evaluated run(s) of base, better have no")
+    assert "restores them from git history first (docs/studies.md)" in missing[0]
 
 
 def test_per_query_file_that_disagrees_with_the_eval_json_is_not_used(tmp_path):
